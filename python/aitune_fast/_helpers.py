@@ -1,0 +1,133 @@
+"""The Python side of the metadata methods: torch batching, tabulate rendering, JSON fallbacks.
+
+The Rust core calls these; they are not part of the public API.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tabulate import tabulate
+
+from aitune_fast._enums import InfoLevel
+
+if TYPE_CHECKING:
+    import torch
+
+    from aitune_fast._core import SampleMetadata, TensorSpec
+
+
+def json_serialize(x: Any) -> Any:
+    """Turn `x` into something `json.dumps` accepts, the way the reference does (lossy: `str()`)."""
+    if x is None or isinstance(x, (int, float, str, bool)):
+        return x
+    if isinstance(x, dict):
+        return {str(k): json_serialize(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set)):
+        return [json_serialize(v) for v in x]
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, Enum):
+        return x.value
+    if dataclasses.is_dataclass(x):
+        return json_serialize(dataclasses.asdict(x))  # type: ignore[arg-type]
+    if isinstance(x, datetime):
+        return x.isoformat()
+    return str(x)
+
+
+_TENSOR_HEADERS = {
+    InfoLevel.MEDIUM: ["Access Path", "Semantic Path", "Shape"],
+    InfoLevel.FULL: ["Access Path", "Semantic Path", "Shape", "Min Shape", "Max Shape", "Dtype"],
+}
+_OTHER_HEADERS = ["Access Path", "Semantic Path", "Value"]
+
+
+def describe(metadata: SampleMetadata, info_level: Any) -> str:
+    """MEDIUM and FULL descriptions: `tabulate` tables of tensors and other values."""
+    if info_level not in _TENSOR_HEADERS:
+        # not an InfoLevel of ours: the reference renders empty tables in this case
+        tensors, others = metadata._describe_rows(False)
+        return "Tensors:\n" + tabulate([], headers=[]) + "\n"
+    tensors, others = metadata._describe_rows(info_level is InfoLevel.FULL)
+    fmt = "simple" if info_level is InfoLevel.MEDIUM else "fancy_grid"
+    text = "Tensors:\n" + tabulate(tensors, headers=_TENSOR_HEADERS[info_level], tablefmt=fmt) + "\n"
+    if others:
+        text += "Other:\n" + tabulate(others, headers=_OTHER_HEADERS, tablefmt=fmt) + "\n"
+    return text
+
+
+def batch_tensor(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int) -> torch.Tensor:
+    """Resize `tensor` along its batch axes to `batch_size` times each axis's multiplier.
+
+    Larger axes are sliced; smaller ones take their first entry repeated. Works on the tensor's own
+    device; a tensor without batch axes is returned as it is.
+    """
+    result, _ = _batch(tensor, tensor_spec, batch_size)
+    return result
+
+
+def _batch(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int) -> tuple[torch.Tensor, bool]:
+    """`batch_tensor`, also saying whether the result may share memory with `tensor`."""
+    aliases = True
+    for axis, multiplier in tensor_spec.get_batch_axis_multipliers().items():
+        target = multiplier * batch_size
+        size = tensor.shape[axis]
+        if size == target:
+            continue
+        index = [slice(None)] * tensor.dim()
+        if size > target:
+            index[axis] = slice(target)
+            tensor = tensor[tuple(index)]
+        else:
+            index[axis] = slice(1)
+            repeats = [1] * tensor.dim()
+            repeats[axis] = target
+            tensor = tensor[tuple(index)].repeat(repeats)
+            aliases = False
+    return tensor, aliases
+
+
+def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    """`SampleMetadata.make_batch`: a deep copy of `inputs` whose tensors are batched.
+
+    Unlike a deep copy followed by slicing, the tensors that get resized are never copied whole:
+    each is batched from the original and only the result is materialised, so peak memory is about
+    the size of the output.
+    """
+    import torch
+
+    located = []
+    memo: dict[int, Any] = {}
+    for locator, spec in metadata.tensor_data:
+        tensor = locator.get_value(inputs)
+        if not spec.get_batch_axis_multipliers():
+            located.append((locator, None))
+            continue
+        result, aliases = _batch(tensor, spec, batch_size)
+        if result is tensor:
+            located.append((locator, None))  # unchanged: the deep copy below copies it like any leaf
+            continue
+        if aliases:
+            result = result.clone()
+        if isinstance(tensor, torch.Tensor):
+            memo[id(tensor)] = result  # the deep copy takes the batched tensor instead of copying this one
+        located.append((locator, result))
+    batched = copy.deepcopy(inputs, memo)
+    for locator, result in located:
+        if result is not None:
+            batched = locator.set_value(batched, result)
+    return batched
+
+
+def update_max_batch_size(metadata: SampleMetadata, inputs: dict[str, Any], max_batch_size: int) -> None:
+    """`SampleMetadata.update_max_batch_size`: learn from `inputs` batched to `max_batch_size`."""
+    from aitune_fast._core import SampleMetadata as _SampleMetadata
+
+    batched = metadata.make_batch(inputs, max_batch_size)
+    metadata.update_shapes_seen(_SampleMetadata.from_inputs(batched, strict=True, batch_size=max_batch_size))

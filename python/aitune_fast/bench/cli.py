@@ -1,0 +1,377 @@
+"""``python -m aitune_fast.bench``: aitune_fast against the reference, side by side in one process.
+
+See ``benches/README.md`` for the method and ``/work/shared/bench/WORKLOADS.md`` for the definition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import memory, report, timing
+from .impls import OPTREE_NAMESPACE, Impl, load_fast_impl, load_reference_impl, register_optree, register_user_types
+from .progress import Progress
+from .workloads import WORKLOADS, Workload, flatten_tensors
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation: the statement each implementation runs, and which extras apply."""
+
+    name: str
+    label: str
+    stmt: str  # with SM = the implementation's SampleMetadata; "" = the implementation's own (to_json)
+    traversal_input: str | None = None  # "a" or "b": optree and floor apply, traversing that instance
+    gc_on: bool = False
+    measures_memory: bool = False
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op("from_inputs", "from_inputs", "SM.from_inputs(a, strict=True)", traversal_input="a"),
+        Op("from_inputs_gc", "from_inputs (gc on)", "SM.from_inputs(a, strict=True)", traversal_input="a", gc_on=True),
+        Op("dispatch", "dispatch", "backends[SM.from_inputs(b, strict=True)]", traversal_input="b"),
+        Op("lookup", "lookup", "backends[mb]"),
+        Op("update_shapes_seen", "update_shapes_seen", "ma.update_shapes_seen(mb)"),
+        Op("dict_roundtrip", "dict_roundtrip", "SM.from_dict(m.to_dict())"),
+        Op("to_json_dict", "to_json_dict", "dumps(m.to_json_dict())"),
+        Op("to_json", "to_json", ""),
+        Op("make_batch", "make_batch", "mt.make_batch(a, bs)", measures_memory=True),
+    )
+}
+# the collector-on row is reported by default only where it differs most (WORKLOADS.md)
+DEFAULT_GC_ON_WORKLOADS = ("large_graph_10k",)
+SMOKE_WORKLOADS = ("vision", "diffusion", "llm_decode")
+SMALL_ENOUGH_TO_CHECK_MAKE_BATCH = 100_000  # tensors; above it the agreement check skips make_batch outputs
+
+OPTREE_STMT = "[(t.shape, t.dtype) for t in flatten(x, namespace=NS)[1] if isinstance(t, Tensor)]"
+FLOOR_STMT = "[(t.shape, t.dtype) for t in flat]"
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [v for item in values or [] for v in item.split(",") if v]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m aitune_fast.bench",
+        description="Benchmark aitune_fast against the reference (aitune 0.6.0), optree and the floor, "
+        "side by side in one process; prints a table and writes bench.json and speedups.png.",
+    )
+    parser.add_argument(
+        "--workloads", nargs="+", metavar="NAME", help=f"workloads to run (default: all): {', '.join(WORKLOADS)}"
+    )
+    parser.add_argument(
+        "--ops",
+        nargs="+",
+        metavar="NAME",
+        help=f"operations to run (default: all; from_inputs_gc only on large_graph_10k unless named): {', '.join(OPS)}",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="fewer repeats and no scale_1m: under a minute")
+    mode.add_argument("--smoke", action="store_true", help="tiny run that checks the harness works (CI)")
+    parser.add_argument("--out", type=Path, help="results folder (default: benches/results, or .../smoke)")
+    parser.add_argument("--repeats", type=int, help="interleaved repeats per cell (default: 15, quick 5, smoke 1)")
+    parser.add_argument("--target-ms", type=float, help="time of one repeat's loop (default: 20)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--impl-fallback-reference", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    workloads = _split(args.workloads)
+    ops = _split(args.ops)
+    for name in workloads:
+        if name not in WORKLOADS:
+            parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    for name in ops:
+        if name not in OPS:
+            parser.error(f"unknown operation {name!r}; choose from {', '.join(OPS)}")
+    # smoke runs every code path (the collector-on row too) on the three small workloads
+    args.explicit_gc_on = "from_inputs_gc" in ops or args.mode == "smoke"
+    if not workloads:
+        workloads = [w for w in WORKLOADS if w in SMOKE_WORKLOADS or (args.mode != "smoke" and w != "scale_1m")]
+        if args.mode == "full":
+            workloads = list(WORKLOADS)
+    if not ops:
+        ops = list(OPS)
+    args.workload_names = workloads
+    args.op_names = ops
+    if args.repeats is None:
+        args.repeats = {"full": 15, "quick": 5, "smoke": 1}[args.mode]
+    if args.target_ms is None:
+        args.target_ms = 1.0 if args.mode == "smoke" else 20.0
+    if args.repeats < 1 or args.target_ms <= 0:
+        parser.error("--repeats must be at least 1 and --target-ms positive")
+    if args.out is None:
+        args.out = default_results_dir() / ("smoke" if args.mode == "smoke" else "")
+    return args
+
+
+def default_results_dir() -> Path:
+    """``benches/results`` of the checkout this package lives in, else of the current folder."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "benches").is_dir() and (parent / "Cargo.toml").is_file():
+            return parent / "benches" / "results"
+    return Path.cwd() / "benches" / "results"
+
+
+def repeats_for(workload: Workload, args: argparse.Namespace) -> int:
+    # a single reference call on a million tensors takes seconds: three repeats give a median
+    return min(args.repeats, 3) if workload.tensors >= 1_000_000 else args.repeats
+
+
+def ops_for(workload: Workload, args: argparse.Namespace) -> list[Op]:
+    ops = []
+    for name in args.op_names:
+        if name == "from_inputs_gc" and not args.explicit_gc_on and workload.name not in DEFAULT_GC_ON_WORKLOADS:
+            continue
+        ops.append(OPS[name])
+    return ops
+
+
+def candidates_for(op: Op, impls: list[Impl], state: dict[str, dict[str, Any]], wl: dict[str, Any]) -> list:
+    cands = []
+    for impl in impls:
+        stmt = op.stmt or impl.to_json_stmt
+        cands.append(timing.Candidate(impl.key, stmt, state[impl.key]))
+    if op.traversal_input:
+        import optree
+
+        x = wl[op.traversal_input]
+        cands.append(
+            timing.Candidate(
+                "optree",
+                OPTREE_STMT,
+                {"flatten": optree.tree_flatten_with_path, "x": x, "NS": OPTREE_NAMESPACE, "Tensor": torch.Tensor},
+            )
+        )
+        cands.append(timing.Candidate("floor", FLOOR_STMT, {"flat": wl["flat_" + op.traversal_input]}))
+    return cands
+
+
+def build_state(impl: Impl, workload: Workload, wl: dict[str, Any], need_trained: bool) -> dict[str, Any]:
+    """The names the timed statements use, for one implementation."""
+    sm = impl.SampleMetadata
+    ma = sm.from_inputs(wl["a"], strict=True)
+    mb = sm.from_inputs(wl["b"], strict=True)
+    state = {
+        "SM": sm,
+        "a": wl["a"],
+        "b": wl["b"],
+        "ma": ma,
+        "mb": mb,
+        "m": ma,
+        "backends": {ma: "backend"},
+        "dumps": json.dumps,
+        "bs": 2 * workload.batch,
+    }
+    if need_trained:
+        # learn the batch axes: the base batch, then twice that (make_batch then scales to twice the base)
+        mt = sm.from_inputs(wl["a"], strict=True, batch_size=workload.batch)
+        mt.update_shapes_seen(sm.from_inputs(wl["a2"], strict=True, batch_size=2 * workload.batch))
+        state["mt"] = mt
+    return state
+
+
+def _canonical(obj: Any) -> Any:
+    return json.loads(json.dumps(obj))
+
+
+def check_agreement(ref: Impl, fast: Impl, workload: Workload, state: dict[str, dict[str, Any]]) -> list[str]:
+    """Cheap checks that both implementations compute the same thing (so the times compare like with like)."""
+    problems: list[str] = []
+    rs, fs = state[ref.key], state[fast.key]
+
+    def check(what: str, fn) -> None:
+        try:
+            message = fn()
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            message = f"raised {type(exc).__name__}: {exc}"
+        if message:
+            problems.append(f"{workload.name}: {what}: {message}")
+
+    expected = _canonical(rs["ma"].to_json_dict())
+
+    check("to_json_dict", lambda: None if _canonical(fs["ma"].to_json_dict()) == expected else "differs")
+    if fast.to_json_stmt == "m.to_json()":
+        check("to_json", lambda: None if json.loads(fs["ma"].to_json()) == expected else "differs")
+    check("dict_roundtrip", lambda: None if fast.SampleMetadata.from_dict(fs["ma"].to_dict()) == fs["ma"] else "!=")
+    check("lookup", lambda: None if fs["backends"].get(fs["mb"]) == "backend" else "metadata of b not found")
+    if "mt" in rs:
+        check(
+            "learned batch axes",
+            lambda: (
+                None
+                if _canonical(fs["mt"].to_json_dict()) == _canonical(rs["mt"].to_json_dict())
+                else "to_json_dict differs"
+            ),
+        )
+        if workload.tensors <= SMALL_ENOUGH_TO_CHECK_MAKE_BATCH:
+            describe = ref.SampleMetadata.from_inputs  # one describer for both outputs
+
+            def make_batch() -> str | None:
+                want = _canonical(describe(rs["mt"].make_batch(rs["a"], rs["bs"]), strict=True).to_json_dict())
+                got = _canonical(describe(fs["mt"].make_batch(fs["a"], fs["bs"]), strict=True).to_json_dict())
+                return None if got == want else "outputs differ"
+
+            check("make_batch", make_batch)
+    return problems
+
+
+def environment(args: argparse.Namespace, ref: Impl, fast: Impl) -> dict[str, Any]:
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "mode": args.mode,
+        "repeats": args.repeats,
+        "target_ms": args.target_ms,
+        "torch_threads": torch.get_num_threads(),
+        "python": f"Python {platform.python_version()}",
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "git_commit": commit or None,
+        "reference_version": ref.version,
+        "aitune_fast": fast.label,
+        "aitune_fast_version": fast.version,
+        "stand_in": fast.stand_in,
+        "to_json_statements": {"reference": ref.to_json_stmt, "aitune_fast": fast.to_json_stmt},
+        "gc_paused_in_loops": True,
+        "memory_method": "forked child per implementation: peak RSS rise (clear_refs + VmHWM) and tracemalloc peak",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    ref = load_reference_impl()
+    try:
+        fast = load_fast_impl(args.impl_fallback_reference)
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    impls = [ref, fast]
+    register_user_types(*impls)
+    register_optree()
+    # Long-lived objects (torch's modules, then each workload's inputs and metadata) are frozen out of the
+    # collector's reach, so that the gc.collect() before each repeat costs little and collects only
+    # garbage; the collector-on rows unfreeze them, so that automatic collections scan the real heap.
+    gc.collect()
+    gc.freeze()
+
+    workloads = [WORKLOADS[name] for name in args.workload_names]
+    plan = [(w, ops_for(w, args)) for w in workloads]
+    total = 0
+    for w, ops in plan:
+        total += 2  # build, check
+        for op in ops:
+            n = len(impls) + (2 if op.traversal_input else 0)
+            total += n * (1 + repeats_for(w, args)) + (2 if op.measures_memory else 0)
+    progress = Progress(total, enabled=not args.no_progress)
+    print(
+        f"aitune_fast benchmark ({args.mode}): {fast.label} vs {ref.label}; "
+        f"{args.repeats} interleaved repeats of ~{args.target_ms:g} ms loops, collector paused",
+        file=sys.stderr,
+    )
+    if fast.stand_in:
+        print("warning: aitune_fast is not importable, the reference stands in for it", file=sys.stderr)
+
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for workload, ops in plan:
+        progress.set_label(f"{workload.name}: building")
+        need_trained = any(op.measures_memory for op in ops)
+        wl: dict[str, Any] = {"a": workload.make(), "b": workload.make()}
+        if need_trained:
+            wl["a2"] = workload.make(2 * workload.batch)
+        wl["flat_a"], wl["flat_b"] = flatten_tensors(wl["a"]), flatten_tensors(wl["b"])
+        state = {impl.key: build_state(impl, workload, wl, need_trained) for impl in impls}
+        wl.pop("a2", None)
+        gc.collect()
+        gc.freeze()
+        progress.advance()
+        progress.set_label(f"{workload.name}: checking agreement")
+        problems += check_agreement(ref, fast, workload, state)
+        progress.advance()
+        repeats = repeats_for(workload, args)
+        for op in ops:
+            progress.set_label(f"{workload.name}: {op.label}")
+            row: dict[str, Any] = {"workload": workload.name, "op": op.name, "label": op.label, "gc_on": op.gc_on}
+            try:
+                cands = candidates_for(op, impls, state, wl)
+                if op.gc_on:
+                    gc.unfreeze()
+                times = timing.measure(cands, repeats, args.target_ms / 1e3, op.gc_on, tick=progress.advance)
+                row["times"] = {key: times[key].to_json() if key in times else None for key in report.COLUMNS}
+                row["stmts"] = {c.key: c.stmt for c in cands}
+            except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the whole run
+                problems.append(f"{workload.name}: {op.name}: raised {type(exc).__name__}: {exc}")
+                row["times"] = dict.fromkeys(report.COLUMNS)
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                gc.freeze()
+            row["ratios"] = report.ratios(row)
+            if op.measures_memory and "error" not in row:
+                row["memory"] = {}
+                for impl in impls:
+                    st = state[impl.key]
+                    row["memory"][impl.key] = memory.peak_memory(lambda st=st: st["mt"].make_batch(st["a"], st["bs"]))
+                    progress.advance()
+            rows.append(row)
+        gc.unfreeze()
+        del state, wl
+        gc.collect()
+        gc.freeze()
+    progress.close()
+
+    result = {"meta": environment(args, ref, fast), "rows": rows, "problems": problems}
+    out: Path = args.out
+    report.write_json(out / "bench.json", result)
+    chart_error = report.write_chart(out / "speedups.png", result)
+
+    print()
+    if fast.stand_in:
+        print("NOTE: the reference stands in for aitune_fast (harness test); the ratios mean nothing.\n")
+    print(report.time_table(rows))
+    mem = report.memory_table(rows)
+    if mem:
+        print("\nmake_batch peak memory (one call, forked child; RSS includes tensor storage):\n")
+        print(mem)
+    print(
+        "\nratios: baseline time / aitune_fast time (above 1x: aitune_fast is faster); "
+        f"median per call of {args.repeats} interleaved repeats"
+        + (" (3 on scale_1m)" if any(w.tensors >= 1_000_000 for w in workloads) and args.repeats > 3 else "")
+    )
+    print(f"results: {out / 'bench.json'}" + ("" if chart_error else f", {out / 'speedups.png'}"))
+    if chart_error:
+        print(f"no chart: {chart_error}")
+    if problems:
+        print("\nPROBLEMS (the implementations disagree or failed; see bench.json):", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,65 @@
+"""Scoped key-value settings shared by the library, such as the batch size of the current call."""
+
+import threading
+from typing import Any
+
+BATCH_SIZE_KEY = "batch_size"
+
+
+class GlobalContext:
+    """A stack of settings: ``with global_context:`` opens a scope whose changes vanish on exit.
+
+    Example:
+        >>> global_context.set(BATCH_SIZE_KEY, 8)
+        >>> with global_context:
+        ...     global_context[BATCH_SIZE_KEY] = 2
+        ...     assert global_context.get(BATCH_SIZE_KEY) == 2
+        >>> global_context.get(BATCH_SIZE_KEY)
+        8
+    """
+
+    def __init__(self) -> None:
+        self._data_stack: list[dict[Any, Any]] = [{}]
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "GlobalContext":
+        with self._lock:
+            self._data_stack.append(dict(self._data_stack[-1]))
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb) -> bool:
+        with self._lock:
+            self._data_stack.pop()
+        return False
+
+    def set(self, key: Any, value: Any) -> None:
+        """Set `key` in the innermost scope."""
+        with self._lock:
+            self._data_stack[-1][key] = value
+
+    __setitem__ = set
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of `key` in the innermost scope that has it, else `default`."""
+        with self._lock:
+            for scope in reversed(self._data_stack):
+                if key in scope:
+                    return scope[key]
+        return default
+
+    def __getitem__(self, key: Any) -> Any:
+        with self._lock:
+            for scope in reversed(self._data_stack):
+                if key in scope:
+                    return scope[key]
+        raise KeyError(key)
+
+    def clear(self) -> None:
+        """Drop every scope and every value."""
+        with self._lock:
+            self._data_stack = [{}]
+
+
+global_context = GlobalContext()
+
+__all__ = ["BATCH_SIZE_KEY", "GlobalContext", "global_context"]

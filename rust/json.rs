@@ -1,0 +1,150 @@
+//! JSON forms of a metadata: `to_json_dict()` (the reference's dict, built without a Python detour
+//! for the common cases) and `to_json()` (the same content written straight to a string).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::interp::interp;
+use crate::locator::{Accessor, Arena};
+use crate::metadata::{Data, SampleMetadata, View};
+use crate::tensor_spec::{dim_list, dtype_str};
+
+/// Whether `json_serialize` returns `v` itself.
+fn is_plain(v: &Bound<'_, PyAny>) -> bool {
+    v.is_none()
+        || v.is_exact_instance_of::<PyString>()
+        || v.is_exact_instance_of::<PyInt>()
+        || v.is_exact_instance_of::<PyFloat>()
+        || v.is_exact_instance_of::<PyBool>()
+}
+
+fn serialize<'py>(py: Python<'py>, v: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if is_plain(&v) {
+        return Ok(v);
+    }
+    interp(py)?.json_serialize.bind(py).call1((v,))
+}
+
+fn semantic_path<'py>(py: Python<'py>, arena: &Arena, node: u32) -> PyResult<Bound<'py, PyAny>> {
+    let chain = arena.chain(node);
+    let one = |s: u32| -> PyResult<Bound<'py, PyAny>> {
+        let acc = &arena.node(s).acc;
+        match acc {
+            Accessor::Obj(_) => serialize(py, acc.to_py(py)),
+            _ => Ok(acc.to_py(py)),
+        }
+    };
+    if chain.len() == 1 {
+        return one(chain[0]);
+    }
+    Ok(PyList::new(
+        py,
+        chain.into_iter().map(one).collect::<PyResult<Vec<_>>>()?,
+    )?
+    .into_any())
+}
+
+pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyDict>> {
+    let it = interp(py)?;
+    let phase = match &md.llm_phase {
+        Some(p) => p.bind(py).clone(),
+        None => py.None().into_bound(py),
+    };
+    if let Data::Py { tensors, others } = &md.data {
+        // user-built or handed-out specs may hold anything: render exactly as the reference does
+        let tensor_rows = PyList::empty(py);
+        for item in tensors.bind(py).try_iter()? {
+            let (loc, spec): (
+                Bound<'py, crate::locator::Locator>,
+                Bound<'py, crate::tensor_spec::TensorSpec>,
+            ) = item?.extract()?;
+            let l = loc.get();
+            let s = spec.borrow();
+            let row = PyDict::new(py);
+            row.set_item(
+                "access_path",
+                l.arena.display_path(py, l.node, l.is_output)?,
+            )?;
+            row.set_item("semantic_path", l.arena.semantic_path(py, l.node)?)?;
+            row.set_item("shape", s.shape.bind(py))?;
+            row.set_item("min_shape", s.min_shape.bind(py))?;
+            row.set_item("max_shape", s.max_shape.bind(py))?;
+            row.set_item("dtype", s.dtype.bind(py))?;
+            tensor_rows.append(row)?;
+        }
+        let other_rows = PyList::empty(py);
+        for item in others.bind(py).try_iter()? {
+            let (loc, value): (Bound<'py, crate::locator::Locator>, Bound<'py, PyAny>) =
+                item?.extract()?;
+            let l = loc.get();
+            let row = PyDict::new(py);
+            row.set_item(
+                "access_path",
+                l.arena.display_path(py, l.node, l.is_output)?,
+            )?;
+            row.set_item("semantic_path", l.arena.semantic_path(py, l.node)?)?;
+            row.set_item("value", value)?;
+            other_rows.append(row)?;
+        }
+        let d = PyDict::new(py);
+        d.set_item("tensor_data", tensor_rows)?;
+        d.set_item("other_data", other_rows)?;
+        d.set_item("strict", md.strict)?;
+        d.set_item("llm_phase", phase)?;
+        return Ok(it
+            .json_serialize
+            .bind(py)
+            .call1((d,))?
+            .downcast_into::<PyDict>()?);
+    }
+    let v = md.view(py)?;
+    let View::C(c) = &v else {
+        unreachable!("compact data gives a compact view")
+    };
+    let keys = [
+        PyString::intern(py, "access_path"),
+        PyString::intern(py, "semantic_path"),
+        PyString::intern(py, "shape"),
+        PyString::intern(py, "min_shape"),
+        PyString::intern(py, "max_shape"),
+        PyString::intern(py, "dtype"),
+        PyString::intern(py, "value"),
+    ];
+    let mut dtype_texts: Vec<(u16, Bound<'py, PyString>)> = Vec::new();
+    let mut tensor_rows = Vec::with_capacity(c.items.len());
+    for i in 0..c.items.len() {
+        let node = c.items[i].node;
+        let s = c.spec(i);
+        let row = PyDict::new(py);
+        row.set_item(&keys[0], c.arena.display_path(py, node, c.is_output)?)?;
+        row.set_item(&keys[1], semantic_path(py, &c.arena, node)?)?;
+        row.set_item(&keys[2], dim_list(py, &s.shape)?)?;
+        row.set_item(&keys[3], PyList::new(py, &s.min)?)?;
+        row.set_item(&keys[4], PyList::new(py, &s.max)?)?;
+        let text = match dtype_texts.iter().find(|(id, _)| *id == s.dtype) {
+            Some((_, t)) => t.clone(),
+            None => {
+                let t = PyString::new(py, &dtype_str(s.dtype));
+                dtype_texts.push((s.dtype, t.clone()));
+                t
+            }
+        };
+        row.set_item(&keys[5], text)?;
+        tensor_rows.push(row);
+    }
+    let mut other_rows = Vec::with_capacity(c.others.len());
+    for (node, value) in &c.others {
+        let row = PyDict::new(py);
+        row.set_item(&keys[0], c.arena.display_path(py, *node, c.is_output)?)?;
+        row.set_item(&keys[1], semantic_path(py, &c.arena, *node)?)?;
+        row.set_item(&keys[6], serialize(py, value.bind(py).clone())?)?;
+        other_rows.push(row);
+    }
+    let d = PyDict::new(py);
+    d.set_item("tensor_data", PyList::new(py, tensor_rows)?)?;
+    d.set_item("other_data", PyList::new(py, other_rows)?)?;
+    d.set_item("strict", md.strict)?;
+    d.set_item("llm_phase", serialize(py, phase)?)?;
+    let _ = PyTuple::empty(py);
+    Ok(d)
+}

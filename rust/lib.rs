@@ -1,0 +1,22 @@
+//! The Rust core of `aitune_fast`: walking forward arguments, locators, tensor specs, metadata
+//! equality and hashing, shape learning and JSON.
+
+use pyo3::prelude::*;
+
+pub mod interp;
+pub mod json;
+pub mod locator;
+pub mod metadata;
+pub mod registry;
+pub mod tensor_spec;
+pub mod traversal;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<locator::Locator>()?;
+    m.add_class::<tensor_spec::TensorSpec>()?;
+    m.add_class::<metadata::SampleMetadata>()?;
+    m.add_class::<metadata::ExactSampleMetadata>()?;
+    m.add("MAX_DEPTH", traversal::MAX_DEPTH)?;
+    Ok(())
+}

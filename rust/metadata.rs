@@ -1,0 +1,1218 @@
+//! `SampleMetadata` and `ExactSampleMetadata`.
+//!
+//! Metadata built by a walk is *compact*: one path arena, a 12-byte record per tensor, its sizes in
+//! a shared pool, and the non-tensor leaves. No Python object is made per tensor until the caller
+//! asks for `tensor_data`; at that moment the metadata switches to holding the Python
+//! `(Locator, TensorSpec)` pairs it handed out, which from then on are the truth (so mutating a
+//! spec's lists changes the metadata, as in the reference). Every operation reads either form
+//! through [`View`].
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::OnceLock;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
+
+use crate::interp::{context_batch_size, info_level_index, interp};
+use crate::locator::{
+    hash_to_isize, mix, path_eq, py_int_hash, rich_eq, Accessor, Arena, Kind, Locator, ROOT,
+};
+use crate::registry::TypeInfo;
+use crate::tensor_spec::{dim_list, read_tensor, DtypeMemo, Spec, TensorSpec};
+use crate::traversal::{walk, Visitor};
+
+/// One tensor of a compact metadata.
+#[derive(Clone, Copy)]
+pub struct Item {
+    pub node: u32,
+    pub off: u32,
+    pub rank: u16,
+    pub dtype: u16,
+}
+
+pub struct Compact {
+    pub arena: Arc<Arena>,
+    pub items: Vec<Item>,
+    pub dims: Vec<i64>,
+    pub batch_size: f64,
+    /// specs changed by `update_shapes_seen`; empty, or one slot per item
+    pub learned: Vec<Option<Box<Spec>>>,
+    pub others: Vec<(u32, Py<PyAny>)>,
+    pub is_output: bool,
+    tensor_hash: OnceLock<u64>,
+}
+
+impl Compact {
+    pub fn new(arena: Arena, is_output: bool) -> Compact {
+        Compact {
+            arena: Arc::new(arena),
+            items: Vec::new(),
+            dims: Vec::new(),
+            batch_size: f64::NAN,
+            learned: Vec::new(),
+            others: Vec::new(),
+            is_output,
+            tensor_hash: OnceLock::new(),
+        }
+    }
+
+    #[inline]
+    pub fn dims_of(&self, i: usize) -> &[i64] {
+        let it = self.items[i];
+        &self.dims[it.off as usize..it.off as usize + it.rank as usize]
+    }
+
+    pub fn learned(&self, i: usize) -> Option<&Spec> {
+        self.learned.get(i).and_then(|s| s.as_deref())
+    }
+
+    pub fn spec(&self, i: usize) -> Cow<'_, Spec> {
+        match self.learned(i) {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(Spec::fresh(
+                self.dims_of(i),
+                self.items[i].dtype,
+                self.batch_size,
+            )),
+        }
+    }
+
+    pub fn push_tensor(&mut self, node: u32, dims: &[i64], dtype: u16) -> PyResult<()> {
+        let off = u32::try_from(self.dims.len())
+            .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
+        let rank = u16::try_from(dims.len())
+            .map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        self.dims.extend_from_slice(dims);
+        self.items.push(Item {
+            node,
+            off,
+            rank,
+            dtype,
+        });
+        Ok(())
+    }
+
+    pub fn set_learned(&mut self, i: usize, spec: Spec) {
+        if self.learned.is_empty() {
+            self.learned.resize_with(self.items.len(), || None);
+        }
+        self.learned[i] = Some(Box::new(spec));
+    }
+}
+
+/// A user-built or materialized metadata, read from its Python objects.
+pub struct PyView<'py> {
+    tensors: Vec<(Bound<'py, Locator>, Bound<'py, TensorSpec>, Spec)>,
+    others: Vec<(Bound<'py, Locator>, Bound<'py, PyAny>)>,
+}
+
+pub enum View<'a, 'py> {
+    C(&'a Compact),
+    P(PyView<'py>),
+}
+
+pub struct Loc<'a> {
+    pub arena: &'a Arena,
+    pub node: u32,
+    pub is_output: bool,
+}
+
+impl<'a, 'py> View<'a, 'py> {
+    pub fn n_tensors(&self) -> usize {
+        match self {
+            View::C(c) => c.items.len(),
+            View::P(p) => p.tensors.len(),
+        }
+    }
+    pub fn n_others(&self) -> usize {
+        match self {
+            View::C(c) => c.others.len(),
+            View::P(p) => p.others.len(),
+        }
+    }
+    pub fn tensor_loc(&self, i: usize) -> Loc<'_> {
+        match self {
+            View::C(c) => Loc {
+                arena: &c.arena,
+                node: c.items[i].node,
+                is_output: c.is_output,
+            },
+            View::P(p) => {
+                let l = p.tensors[i].0.get();
+                Loc {
+                    arena: &l.arena,
+                    node: l.node,
+                    is_output: l.is_output,
+                }
+            }
+        }
+    }
+    pub fn other_loc(&self, i: usize) -> Loc<'_> {
+        match self {
+            View::C(c) => Loc {
+                arena: &c.arena,
+                node: c.others[i].0,
+                is_output: c.is_output,
+            },
+            View::P(p) => {
+                let l = p.others[i].0.get();
+                Loc {
+                    arena: &l.arena,
+                    node: l.node,
+                    is_output: l.is_output,
+                }
+            }
+        }
+    }
+    pub fn other_value<'s>(&'s self, py: Python<'py>, i: usize) -> Bound<'py, PyAny> {
+        match self {
+            View::C(c) => c.others[i].1.bind(py).clone(),
+            View::P(p) => p.others[i].1.clone(),
+        }
+    }
+    pub fn rank(&self, i: usize) -> usize {
+        match self {
+            View::C(c) => c.items[i].rank as usize,
+            View::P(p) => p.tensors[i].2.rank(),
+        }
+    }
+    pub fn spec(&self, i: usize) -> Cow<'_, Spec> {
+        match self {
+            View::C(c) => c.spec(i),
+            View::P(p) => Cow::Borrowed(&p.tensors[i].2),
+        }
+    }
+    /// Whether each path occurs once (true for anything built by a walk).
+    fn unique(&self) -> bool {
+        matches!(self, View::C(_))
+    }
+}
+
+fn loc_eq(py: Python<'_>, a: &Loc<'_>, b: &Loc<'_>) -> PyResult<bool> {
+    path_eq(py, a.arena, a.node, b.arena, b.node)
+}
+
+struct Index {
+    buckets: HashMap<u64, Vec<usize>>,
+    order: Vec<usize>,
+}
+
+/// Build a dict-like index over `n` entries located by `loc`, keeping the last of equal paths.
+fn build_index<'v>(py: Python<'_>, n: usize, loc: &dyn Fn(usize) -> Loc<'v>) -> PyResult<Index> {
+    let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    let mut slot_of: Vec<usize> = Vec::with_capacity(n);
+    'outer: for i in 0..n {
+        let li = loc(i);
+        let h = li.arena.node(li.node).hash;
+        let bucket = buckets.entry(h).or_default();
+        for j in bucket.iter_mut() {
+            if loc_eq(py, &loc(*j), &li)? {
+                let slot = slot_of[*j];
+                order[slot] = i;
+                slot_of.push(slot);
+                *j = i;
+                continue 'outer;
+            }
+        }
+        bucket.push(i);
+        slot_of.push(order.len());
+        order.push(i);
+    }
+    Ok(Index { buckets, order })
+}
+
+impl Index {
+    fn find<'v>(
+        &self,
+        py: Python<'_>,
+        loc: &dyn Fn(usize) -> Loc<'v>,
+        key: &Loc<'_>,
+    ) -> PyResult<Option<usize>> {
+        let h = key.arena.node(key.node).hash;
+        if let Some(b) = self.buckets.get(&h) {
+            for &j in b {
+                if loc_eq(py, &loc(j), key)? {
+                    return Ok(Some(j));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Compare two sets of `(path, value)` entries with dict semantics. `same(i, j)` compares values.
+fn dict_eq<'a, 'b>(
+    py: Python<'_>,
+    na: usize,
+    la: &dyn Fn(usize) -> Loc<'a>,
+    nb: usize,
+    lb: &dyn Fn(usize) -> Loc<'b>,
+    unique: bool,
+    same: &mut dyn FnMut(usize, usize) -> PyResult<bool>,
+) -> PyResult<bool> {
+    if unique {
+        if na != nb {
+            return Ok(false);
+        }
+        // entries usually come in the same order: compare pairwise, remembering the last pair of
+        // parents found equal so that siblings cost one step each
+        let mut aligned = true;
+        let mut last_parents: Option<(u32, u32)> = None;
+        for i in 0..na {
+            let (x, y) = (la(i), lb(i));
+            let (nx, ny) = (x.arena.node(x.node), y.arena.node(y.node));
+            if nx.hash != ny.hash {
+                aligned = false;
+                break;
+            }
+            let equal = if x.node != ROOT && last_parents == Some((nx.parent, ny.parent)) {
+                nx.kind == ny.kind && nx.acc.eq(py, &ny.acc)?
+            } else {
+                loc_eq(py, &x, &y)?
+            };
+            if !equal {
+                aligned = false;
+                break;
+            }
+            if x.node != ROOT {
+                last_parents = Some((nx.parent, ny.parent));
+            }
+            if !same(i, i)? {
+                return Ok(false);
+            }
+        }
+        if aligned {
+            return Ok(true);
+        }
+    }
+    let ia = build_index(py, na, la)?;
+    let ib = build_index(py, nb, lb)?;
+    if ia.order.len() != ib.order.len() {
+        return Ok(false);
+    }
+    for &i in &ia.order {
+        match ib.find(py, lb, &la(i))? {
+            Some(j) => {
+                if !same(i, j)? {
+                    return Ok(false);
+                }
+            }
+            None => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+/// Order-independent hash of `(path, value-hash)` entries with dict semantics.
+fn dict_hash<'a>(
+    py: Python<'_>,
+    n: usize,
+    loc: &dyn Fn(usize) -> Loc<'a>,
+    unique: bool,
+    value_hash: &mut dyn FnMut(usize) -> PyResult<u64>,
+) -> PyResult<u64> {
+    let mut acc: u64 = 0;
+    if unique {
+        for i in 0..n {
+            let l = loc(i);
+            acc = acc.wrapping_add(mix(l.arena.node(l.node).hash, value_hash(i)?));
+        }
+        return Ok(acc);
+    }
+    for i in build_index(py, n, loc)?.order {
+        let l = loc(i);
+        acc = acc.wrapping_add(mix(l.arena.node(l.node).hash, value_hash(i)?));
+    }
+    Ok(acc)
+}
+
+/// The reference's `_hash_value`: equal values hash alike, unhashable leaves hash to 0.
+pub fn value_hash(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<u64> {
+    if depth > 10_000 {
+        return Err(PyValueError::new_err(
+            "other data nested too deeply to hash",
+        ));
+    }
+    let it = interp(py)?;
+    if v.is_none()
+        || v.is_exact_instance_of::<PyString>()
+        || v.is_exact_instance_of::<pyo3::types::PyInt>()
+        || v.is_exact_instance_of::<PyFloat>()
+        || v.is_exact_instance_of::<pyo3::types::PyBool>()
+    {
+        return Ok(v.hash()? as u64);
+    }
+    if v.is_instance(it.mapping_abc.bind(py))? {
+        let mut acc: u64 = 0x6d61_7070;
+        for item in v.call_method0(pyo3::intern!(py, "items"))?.try_iter()? {
+            let (k, x): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            acc = acc.wrapping_add(mix(
+                value_hash(py, &k, depth + 1)?,
+                value_hash(py, &x, depth + 1)?,
+            ));
+        }
+        return Ok(mix(acc, 1));
+    }
+    if v.is_instance_of::<PySet>() || v.is_instance_of::<PyFrozenSet>() {
+        let mut acc: u64 = 0x7365_7473;
+        for x in v.try_iter()? {
+            acc = acc.wrapping_add(mix(value_hash(py, &x?, depth + 1)?, 7));
+        }
+        return Ok(mix(acc, 2));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let mut acc: u64 = 0x7475_706c;
+        for x in v.try_iter()? {
+            acc = mix(acc, value_hash(py, &x?, depth + 1)?);
+        }
+        return Ok(mix(acc, 3));
+    }
+    match v.hash() {
+        Ok(h) => Ok(h as u64),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+fn hash_dims(spec: &Spec) -> u64 {
+    let mut h: u64 = spec.rank() as u64;
+    for d in &spec.shape {
+        h = mix(
+            h,
+            match d {
+                crate::tensor_spec::Dim::Int(v) => py_int_hash(*v) as u64,
+                crate::tensor_spec::Dim::Batch(n) => 0xba7c_0000_0000 + *n as u64,
+                crate::tensor_spec::Dim::Dyn(n) => 0xd1a0_0000_0000 + *n as u64,
+                crate::tensor_spec::Dim::Str(s) => {
+                    let mut x: u64 = 0x5157;
+                    for b in s.bytes() {
+                        x = mix(x, b as u64);
+                    }
+                    x
+                }
+            },
+        );
+    }
+    h
+}
+
+// ---- building from a walk -----------------------------------------------------------------------
+
+struct Builder {
+    c: Compact,
+    strict: bool,
+    check_cache_position: bool,
+    cache_position: Option<Py<PyAny>>,
+    scratch: Vec<i64>,
+    dtypes: DtypeMemo,
+}
+
+impl Visitor for Builder {
+    fn leaf(
+        &mut self,
+        py: Python<'_>,
+        arena: &mut Arena,
+        step: Option<(u32, Accessor, Kind)>,
+        value: &Bound<'_, PyAny>,
+        info: &TypeInfo,
+        under_cp: bool,
+    ) -> PyResult<()> {
+        if self.check_cache_position && under_cp {
+            self.cache_position = Some(value.clone().unbind());
+        }
+        if !info.is_tensor && !self.strict {
+            return Ok(());
+        }
+        let node = match step {
+            Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
+            None => ROOT,
+        };
+        if info.is_tensor {
+            self.scratch.clear();
+            let dtype = read_tensor(py, value, &mut self.scratch, &mut self.dtypes)?;
+            let dims = std::mem::take(&mut self.scratch);
+            self.c.push_tensor(node, &dims, dtype)?;
+            self.scratch = dims;
+        } else {
+            self.c.others.push((node, value.clone().unbind()));
+        }
+        Ok(())
+    }
+}
+
+/// Walk `obj` into a compact metadata.
+pub fn build(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    strict: bool,
+    batch_size: f64,
+    is_output: bool,
+    check_cp: bool,
+) -> PyResult<(Compact, Option<Py<PyAny>>)> {
+    let mut arena = Arena::with_capacity(16);
+    let mut b = Builder {
+        c: Compact::new(Arena::new(), is_output),
+        strict,
+        check_cache_position: check_cp,
+        cache_position: None,
+        scratch: Vec::with_capacity(8),
+        dtypes: DtypeMemo::default(),
+    };
+    b.c.batch_size = batch_size;
+    walk(py, obj, false, &mut arena, &mut b)?;
+    b.c.arena = Arc::new(arena);
+    Ok((b.c, b.cache_position))
+}
+
+/// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
+fn resolve_batch_size(py: Python<'_>, batch_size: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    let chosen = match batch_size {
+        Some(b) if b.is_truthy()? => Some(b.clone()),
+        _ => context_batch_size(py)?,
+    };
+    match chosen {
+        None => Ok(f64::NAN),
+        Some(v) => v.extract::<f64>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "batch size must be a number, got {}",
+                v.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        }),
+    }
+}
+
+// ---- the Python classes -------------------------------------------------------------------------
+
+pub enum Data {
+    Compact(Compact),
+    /// `(Locator, TensorSpec)` and `(Locator, value)` pairs, as given or as handed out
+    Py {
+        tensors: Py<PyAny>,
+        others: Py<PyAny>,
+    },
+}
+
+/// Metadata of the inputs (args and kwargs) or outputs of a call: every tensor's spec at its
+/// locator, and, in strict mode, every other leaf value.
+///
+/// Equal metadata selects the same compiled backend: tensors compare by rank, other values by
+/// equality, dict key order does not matter. When an LLM phase (`"prefill"`/`"decode"`, from the
+/// `cache_position` argument) is known, it alone decides equality and hash.
+#[pyclass(
+    module = "aitune_fast.sample_metadata",
+    name = "SampleMetadata",
+    subclass
+)]
+pub struct SampleMetadata {
+    pub data: Data,
+    pub strict: bool,
+    pub llm_phase: Option<Py<PyAny>>,
+    other_cache: Option<Py<PyTuple>>,
+}
+
+impl SampleMetadata {
+    pub fn from_compact(c: Compact, strict: bool, llm_phase: Option<Py<PyAny>>) -> SampleMetadata {
+        SampleMetadata {
+            data: Data::Compact(c),
+            strict,
+            llm_phase,
+            other_cache: None,
+        }
+    }
+
+    pub fn view<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<View<'a, 'py>> {
+        match &self.data {
+            Data::Compact(c) => Ok(View::C(c)),
+            Data::Py { tensors, others } => {
+                Ok(View::P(py_view(py, tensors.bind(py), others.bind(py))?))
+            }
+        }
+    }
+
+    fn others_tuple<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.data {
+            Data::Py { others, .. } => Ok(others.bind(py).clone()),
+            Data::Compact(c) => {
+                if let Some(t) = &self.other_cache {
+                    return Ok(t.bind(py).clone().into_any());
+                }
+                let pairs = c
+                    .others
+                    .iter()
+                    .map(|(node, v)| {
+                        let loc =
+                            Bound::new(py, Locator::new_in(c.arena.clone(), *node, c.is_output))?;
+                        PyTuple::new(py, [loc.into_any(), v.bind(py).clone()])
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                let t = PyTuple::new(py, pairs)?;
+                self.other_cache = Some(t.clone().unbind());
+                Ok(t.into_any())
+            }
+        }
+    }
+
+    /// Hand out Python objects for the tensors; from now on they are what this metadata holds.
+    fn materialize<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let Data::Py { tensors, .. } = &self.data {
+            return Ok(tensors.bind(py).clone());
+        }
+        let others = self.others_tuple(py)?.unbind();
+        let Data::Compact(c) = &self.data else {
+            unreachable!()
+        };
+        let mut pairs = Vec::with_capacity(c.items.len());
+        for i in 0..c.items.len() {
+            let loc = Bound::new(
+                py,
+                Locator::new_in(c.arena.clone(), c.items[i].node, c.is_output),
+            )?;
+            let spec = Bound::new(py, TensorSpec::from_spec(py, &c.spec(i))?)?;
+            pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
+        }
+        let tuple = PyTuple::new(py, pairs)?.into_any();
+        self.data = Data::Py {
+            tensors: tuple.clone().unbind(),
+            others,
+        };
+        self.other_cache = None;
+        Ok(tuple)
+    }
+
+    pub fn equal(&self, py: Python<'_>, other: &SampleMetadata, exact: bool) -> PyResult<bool> {
+        if !exact {
+            if let Some(p) = &self.llm_phase {
+                return match &other.llm_phase {
+                    Some(q) => rich_eq(p.bind(py), q.bind(py)),
+                    None => rich_eq(p.bind(py), &py.None().into_bound(py)),
+                };
+            }
+        }
+        let (a, b) = (self.view(py)?, other.view(py)?);
+        let unique = a.unique() && b.unique();
+        let la = |i: usize| a.tensor_loc(i);
+        let lb = |i: usize| b.tensor_loc(i);
+        let tensors_equal = if exact {
+            dict_eq(
+                py,
+                a.n_tensors(),
+                &la,
+                b.n_tensors(),
+                &lb,
+                unique,
+                &mut |i, j| Ok(a.spec(i).shape == b.spec(j).shape),
+            )?
+        } else {
+            dict_eq(
+                py,
+                a.n_tensors(),
+                &la,
+                b.n_tensors(),
+                &lb,
+                unique,
+                &mut |i, j| Ok(a.rank(i) == b.rank(j)),
+            )?
+        };
+        if !tensors_equal {
+            return Ok(false);
+        }
+        let oa = |i: usize| a.other_loc(i);
+        let ob = |i: usize| b.other_loc(i);
+        dict_eq(
+            py,
+            a.n_others(),
+            &oa,
+            b.n_others(),
+            &ob,
+            unique,
+            &mut |i, j| rich_eq(&a.other_value(py, i), &b.other_value(py, j)),
+        )
+    }
+
+    pub fn hash(&self, py: Python<'_>, exact: bool) -> PyResult<isize> {
+        if !exact {
+            if let Some(p) = &self.llm_phase {
+                return p.bind(py).hash();
+            }
+        }
+        let v = self.view(py)?;
+        let unique = v.unique();
+        let lt = |i: usize| v.tensor_loc(i);
+        let tensor_part = match (&v, exact) {
+            (View::C(c), false) => {
+                match c.tensor_hash.get() {
+                    Some(h) => *h,
+                    None => {
+                        let h = dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
+                            Ok(v.rank(i) as u64)
+                        })?;
+                        let _ = c.tensor_hash.set(h);
+                        h
+                    }
+                }
+            }
+            (_, false) => dict_hash(
+                py,
+                v.n_tensors(),
+                &lt,
+                unique,
+                &mut |i| Ok(v.rank(i) as u64),
+            )?,
+            (_, true) => dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
+                Ok(hash_dims(&v.spec(i)))
+            })?,
+        };
+        let lo = |i: usize| v.other_loc(i);
+        let other_part = dict_hash(py, v.n_others(), &lo, unique, &mut |i| {
+            value_hash(py, &v.other_value(py, i), 0)
+        })?;
+        Ok(hash_to_isize(mix(tensor_part, other_part)))
+    }
+
+    fn describe_short(&self, py: Python<'_>) -> PyResult<String> {
+        let v = self.view(py)?;
+        let mut out = String::from("Tensors: ");
+        for i in 0..v.n_tensors() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let l = v.tensor_loc(i);
+            l.arena
+                .write_display_path(py, l.node, l.is_output, &mut out)?;
+        }
+        if v.n_others() > 0 {
+            out.push_str(" Others: ");
+            for i in 0..v.n_others() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                let l = v.other_loc(i);
+                l.arena
+                    .write_display_path(py, l.node, l.is_output, &mut out)?;
+                out.push('=');
+                out.push_str(
+                    &v.other_value(py, i)
+                        .call_method1(pyo3::intern!(py, "__format__"), ("",))?
+                        .downcast::<PyString>()?
+                        .to_cow()?,
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn pair<'py>(
+    item: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "SampleMetadata {what} holds (Locator, ...) pairs, got {}",
+                item.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })
+}
+
+fn py_view<'py>(
+    py: Python<'py>,
+    tensors: &Bound<'py, PyAny>,
+    others: &Bound<'py, PyAny>,
+) -> PyResult<PyView<'py>> {
+    let mut v = PyView {
+        tensors: Vec::new(),
+        others: Vec::new(),
+    };
+    for item in tensors.try_iter()? {
+        let (l, s) = pair(&item?, "tensor_data")?;
+        let l = l.downcast_into::<Locator>().map_err(|e| {
+            PyTypeError::new_err(format!(
+                "tensor_data locators must be aitune_fast.Locator: {e}"
+            ))
+        })?;
+        let s = s.downcast_into::<TensorSpec>().map_err(|e| {
+            PyTypeError::new_err(format!(
+                "tensor_data specs must be aitune_fast.TensorSpec: {e}"
+            ))
+        })?;
+        let spec = s.borrow().to_spec(py)?;
+        v.tensors.push((l, s, spec));
+    }
+    for item in others.try_iter()? {
+        let (l, x) = pair(&item?, "other_data")?;
+        let l = l.downcast_into::<Locator>().map_err(|e| {
+            PyTypeError::new_err(format!(
+                "other_data locators must be aitune_fast.Locator: {e}"
+            ))
+        })?;
+        v.others.push((l, x));
+    }
+    Ok(v)
+}
+
+fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let it = interp(py)?;
+    let first = cache_position
+        .get_item(0)?
+        .call_method0(pyo3::intern!(py, "item"))?;
+    let zero = 0i64.into_pyobject(py)?;
+    Ok(if first.eq(zero)? {
+        it.prefill.clone_ref(py).into_any()
+    } else {
+        it.decode.clone_ref(py).into_any()
+    })
+}
+
+#[pymethods]
+impl SampleMetadata {
+    #[new]
+    #[pyo3(signature = (tensor_data, other_data, strict=None, llm_phase=None))]
+    fn py_new(
+        py: Python<'_>,
+        tensor_data: &Bound<'_, PyAny>,
+        other_data: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        llm_phase: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        py_view(py, tensor_data, other_data)?; // validate now, with a clear error
+        Ok(SampleMetadata {
+            data: Data::Py {
+                tensors: tensor_data.clone().unbind(),
+                others: other_data.clone().unbind(),
+            },
+            strict: match strict {
+                Some(s) => s.is_truthy()?,
+                None => false,
+            },
+            llm_phase: llm_phase.filter(|p| !p.is_none(py)),
+            other_cache: None,
+        })
+    }
+
+    /// Describe `inputs` (forward arguments keyed by parameter name). In strict mode non-tensor
+    /// leaves are recorded too. `batch_size` defaults to the one in `global_context`.
+    #[staticmethod]
+    #[pyo3(signature = (inputs, strict=None, batch_size=None))]
+    fn from_inputs(
+        py: Python<'_>,
+        inputs: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        batch_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SampleMetadata> {
+        let strict = match strict {
+            Some(s) => s.is_truthy()?,
+            None => false,
+        };
+        let bs = resolve_batch_size(py, batch_size)?;
+        let it = interp(py)?;
+        let check_cp = it
+            .config
+            .bind(py)
+            .getattr(pyo3::intern!(py, "enable_transformers_integration"))?
+            .is_truthy()?;
+        let (c, cp) = build(py, inputs, strict, bs, false, check_cp)?;
+        let phase = match cp {
+            Some(cp) => Some(phase_of(py, cp.bind(py))?),
+            None => None,
+        };
+        Ok(SampleMetadata::from_compact(c, strict, phase))
+    }
+
+    /// Describe the outputs of a call; locators render as `output...`.
+    #[staticmethod]
+    #[pyo3(signature = (output, strict=None, batch_size=None))]
+    fn from_outputs(
+        py: Python<'_>,
+        output: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        batch_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SampleMetadata> {
+        let strict = match strict {
+            Some(s) => s.is_truthy()?,
+            None => false,
+        };
+        let bs = resolve_batch_size(py, batch_size)?;
+        let (c, _) = build(py, output, strict, bs, true, false)?;
+        Ok(SampleMetadata::from_compact(c, strict, None))
+    }
+
+    fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = slf.py();
+        if !other.is_instance(&slf.get_type())? {
+            return Ok(false);
+        }
+        let other = other.downcast::<SampleMetadata>()?;
+        if slf.is(other) {
+            return Ok(true);
+        }
+        slf.borrow().equal(py, &other.borrow(), false)
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        self.hash(py, false)
+    }
+
+    fn __str__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        slf.borrow().describe_short(slf.py())
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let it = interp(slf.py())?;
+        Self::describe(slf, Some(it.info_levels[2].bind(slf.py())))?.extract()
+    }
+
+    /// A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
+    #[pyo3(signature = (info_level=None))]
+    fn describe<'py>(
+        slf: &Bound<'py, Self>,
+        info_level: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let it = interp(py)?;
+        let level = match info_level {
+            None => Some(2),
+            Some(l) => info_level_index(py, l)?,
+        };
+        if level == Some(0) {
+            return Ok(PyString::new(py, &slf.borrow().describe_short(py)?).into_any());
+        }
+        let level_obj = match info_level {
+            Some(l) => l.clone(),
+            None => it.info_levels[2].bind(py).clone(),
+        };
+        it.describe.bind(py).call1((slf, level_obj))
+    }
+
+    /// Rows for the MEDIUM/FULL tables: `(tensor_rows, other_rows)` with the reference's cell objects.
+    fn _describe_rows<'py>(
+        slf: &Bound<'py, Self>,
+        full: bool,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let py = slf.py();
+        let me = slf.borrow();
+        let v = me.view(py)?;
+        let tensors = PyList::empty(py);
+        for i in 0..v.n_tensors() {
+            let l = v.tensor_loc(i);
+            let access = PyString::new(py, &l.arena.display_path(py, l.node, l.is_output)?);
+            let semantic = l.arena.semantic_path(py, l.node)?.str()?;
+            let row = match &v {
+                View::P(p) => {
+                    let s = p.tensors[i].1.borrow();
+                    if full {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                s.shape.bind(py).clone(),
+                                s.min_shape.bind(py).clone(),
+                                s.max_shape.bind(py).clone(),
+                                s.dtype.bind(py).clone(),
+                            ],
+                        )?
+                    } else {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                s.shape.bind(py).clone(),
+                            ],
+                        )?
+                    }
+                }
+                View::C(c) => {
+                    let s = c.spec(i);
+                    if full {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                dim_list(py, &s.shape)?.into_any(),
+                                PyList::new(py, &s.min)?.into_any(),
+                                PyList::new(py, &s.max)?.into_any(),
+                                crate::tensor_spec::dtype_obj(py, s.dtype),
+                            ],
+                        )?
+                    } else {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                dim_list(py, &s.shape)?.into_any(),
+                            ],
+                        )?
+                    }
+                }
+            };
+            tensors.append(row)?;
+        }
+        let others = PyList::empty(py);
+        for i in 0..v.n_others() {
+            let l = v.other_loc(i);
+            let access = PyString::new(py, &l.arena.display_path(py, l.node, l.is_output)?);
+            let semantic = l.arena.semantic_path(py, l.node)?.str()?;
+            others.append(PyTuple::new(
+                py,
+                [
+                    access.into_any(),
+                    semantic.into_any(),
+                    v.other_value(py, i).str()?.into_any(),
+                ],
+            )?)?;
+        }
+        Ok((tensors, others))
+    }
+
+    /// Whether any tensor has a dynamic or batch axis.
+    fn detected_dynamic_axis(&self, py: Python<'_>) -> PyResult<bool> {
+        let v = self.view(py)?;
+        for i in 0..v.n_tensors() {
+            let s = v.spec(i);
+            if s.has_dynamic_axis() || s.has_batch_axis() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether every tensor has a batch axis (true when there are no tensors).
+    fn has_batch_axis(&self, py: Python<'_>) -> PyResult<bool> {
+        let v = self.view(py)?;
+        for i in 0..v.n_tensors() {
+            if !v.spec(i).has_batch_axis() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `"prefill"`, `"decode"`, or `""` when no LLM phase was detected.
+    #[getter]
+    fn llm_phase(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match &self.llm_phase {
+            Some(p) => Ok(p.clone_ref(py)),
+            None => Ok(interp(py)?.empty_str.clone_ref(py).into_any()),
+        }
+    }
+
+    /// Whether non-tensor leaves were recorded.
+    #[getter]
+    fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// `((Locator, value), ...)` for the non-tensor leaves (strict mode).
+    #[getter]
+    fn other_data<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.others_tuple(py)
+    }
+
+    /// `((Locator, TensorSpec), ...)`. The specs are live: changing them changes this metadata.
+    #[getter]
+    fn tensor_data<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.materialize(py)
+    }
+
+    /// The tensor specs, in order.
+    #[getter]
+    fn tensor_specs<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let td = self.materialize(py)?;
+        let out = PyList::empty(py);
+        for item in td.try_iter()? {
+            out.append(pair(&item?, "tensor_data")?.1)?;
+        }
+        Ok(out)
+    }
+
+    /// Learn dynamic and batch axes from `other`, a later sample with the same tensors.
+    /// Raises `ValueError` (showing both) when the tensors differ in locators or ranks.
+    fn update_shapes_seen(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let other = other.downcast::<SampleMetadata>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "update_shapes_seen expects a SampleMetadata, got {}",
+                other
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        if slf.is(other) {
+            return Ok(());
+        }
+        let mismatch = || -> PyResult<PyErr> {
+            let it = interp(py)?;
+            let full = it.info_levels[2].bind(py);
+            Ok(PyValueError::new_err(format!(
+                "Cannot update shapes seen, because tensor data is different, {} != {}",
+                Self::describe(slf, Some(full))?,
+                Self::describe(other, Some(full))?
+            )))
+        };
+        let merges: Option<Vec<(usize, usize)>> = {
+            let me = slf.borrow();
+            let them = other.borrow();
+            let (a, b) = (me.view(py)?, them.view(py)?);
+            let unique = a.unique() && b.unique();
+            let la = |i: usize| a.tensor_loc(i);
+            let lb = |i: usize| b.tensor_loc(i);
+            // the aligned fast path may hand over a prefix before the general path runs: keep the last
+            let mut partner: Vec<Option<usize>> = vec![None; a.n_tensors()];
+            let mut collect = |i: usize, j: usize| -> PyResult<bool> {
+                partner[i] = Some(j);
+                Ok(a.rank(i) == b.rank(j))
+            };
+            if !dict_eq(
+                py,
+                a.n_tensors(),
+                &la,
+                b.n_tensors(),
+                &lb,
+                unique,
+                &mut collect,
+            )? {
+                None
+            } else {
+                Some(
+                    partner
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, j)| j.map(|j| (i, j)))
+                        .collect(),
+                )
+            }
+        };
+        let Some(merges): Option<Vec<(usize, usize)>> = merges else {
+            return Err(mismatch()?);
+        };
+        let them = other.borrow();
+        let b = them.view(py)?;
+        let mut me = slf.borrow_mut();
+        match &mut me.data {
+            Data::Compact(c) => {
+                for (i, j) in merges {
+                    if c.learned(i).is_none() {
+                        if let View::C(bc) = &b {
+                            if bc.learned(j).is_none() && c.dims_of(i) == bc.dims_of(j) {
+                                continue; // same sizes: nothing to learn
+                            }
+                        }
+                    }
+                    let mut s = c.spec(i).into_owned();
+                    if s.merge(&b.spec(j))? {
+                        c.set_learned(i, s);
+                    }
+                }
+            }
+            Data::Py { tensors, others } => {
+                let a = py_view(py, tensors.bind(py), others.bind(py))?;
+                for (i, j) in merges {
+                    let before = &a.tensors[i].2;
+                    let mut after = before.clone();
+                    if after.merge(&b.spec(j))? {
+                        a.tensors[i].1.borrow().write_back(py, before, &after)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies of `inputs` with every tensor sliced or repeated along its batch axes to `batch_size`.
+    /// The input is left untouched and the result shares no memory with it.
+    fn make_batch<'py>(
+        slf: &Bound<'py, Self>,
+        inputs: &Bound<'py, PyAny>,
+        batch_size: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let it = interp(slf.py())?;
+        it.make_batch
+            .bind(slf.py())
+            .call1((slf, inputs, batch_size))
+    }
+
+    /// Learn the batch axes' largest sizes from `inputs` batched to `max_batch_size`.
+    fn update_max_batch_size(
+        slf: &Bound<'_, Self>,
+        inputs: &Bound<'_, PyAny>,
+        max_batch_size: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let it = interp(slf.py())?;
+        it.update_max_batch_size
+            .bind(slf.py())
+            .call1((slf, inputs, max_batch_size))?;
+        Ok(())
+    }
+
+    /// A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
+    fn to_json_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::json::to_json_dict(py, self)
+    }
+}
+
+/// Exact-shape metadata for bucketing recorded samples: equal only with the same locators,
+/// the same exact shapes (dtype ignored) and the same other values; never equal to a plain
+/// `SampleMetadata`.
+#[pyclass(module = "aitune_fast.exact_sample_metadata", name = "ExactSampleMetadata", extends = SampleMetadata, subclass)]
+pub struct ExactSampleMetadata {}
+
+#[pymethods]
+impl ExactSampleMetadata {
+    #[new]
+    #[pyo3(signature = (tensor_data, other_data, strict=None, llm_phase=None))]
+    fn py_new(
+        py: Python<'_>,
+        tensor_data: &Bound<'_, PyAny>,
+        other_data: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        llm_phase: Option<Py<PyAny>>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        Ok(PyClassInitializer::from(SampleMetadata::py_new(
+            py,
+            tensor_data,
+            other_data,
+            strict,
+            llm_phase,
+        )?)
+        .add_subclass(ExactSampleMetadata {}))
+    }
+
+    /// Describe `inputs` with exact shapes, recording every leaf.
+    #[staticmethod]
+    fn from_inputs(py: Python<'_>, inputs: &Bound<'_, PyAny>) -> PyResult<Py<ExactSampleMetadata>> {
+        let (c, _) = build(py, inputs, true, f64::NAN, false, false)?;
+        Py::new(
+            py,
+            PyClassInitializer::from(SampleMetadata::from_compact(c, true, None))
+                .add_subclass(ExactSampleMetadata {}),
+        )
+    }
+
+    fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = slf.py();
+        if !other.is_instance(&slf.get_type())? {
+            return Ok(false);
+        }
+        let other = other.downcast::<SampleMetadata>()?;
+        if slf.as_any().is(other) {
+            return Ok(true);
+        }
+        let me = slf.as_super().borrow();
+        let them = other.borrow();
+        me.equal(py, &them, true)
+    }
+
+    fn __hash__(slf: &Bound<'_, Self>) -> PyResult<isize> {
+        slf.as_super().borrow().hash(slf.py(), true)
+    }
+}

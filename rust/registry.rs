@@ -1,0 +1,216 @@
+//! Which types are walked and how: registered user types, ignored types, and a per-type cache.
+//!
+//! The registry is shared by all threads. It is only ever locked for a moment and never while
+//! Python code runs, so it cannot deadlock with the GIL. Every change bumps a generation counter
+//! that invalidates the classification cache, as the reference clears its `functools.cache`s.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
+
+use crate::interp::interp;
+
+/// How instances of a type are walked.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Walk {
+    List,
+    Tuple,
+    Dict,
+    /// list or tuple subclasses: iterated
+    Sequence,
+    /// dict subclasses and UserDicts: `.items()`
+    Mapping,
+    Dataclass,
+    UserType,
+    Leaf,
+}
+
+pub struct TypeInfo {
+    pub ty: Py<PyType>,
+    pub walk: Walk,
+    pub ignored: bool,
+    pub is_tensor: bool,
+    /// `Some(flag)` when the type is a registered user type: its `only_tensors` setting
+    pub only_tensors: Option<bool>,
+    /// dataclass field names, in declaration order
+    pub fields: Vec<Py<PyString>>,
+}
+
+#[derive(Default)]
+struct Registry {
+    user_types: HashMap<usize, (Py<PyType>, bool)>,
+    ignored: HashMap<usize, Py<PyType>>,
+    cache: HashMap<usize, Arc<TypeInfo>>,
+    /// the public data attributes of user-type classes (never invalidated, like the reference)
+    class_fields: HashMap<usize, Arc<ClassFields>>,
+}
+
+pub struct ClassFields {
+    pub _ty: Py<PyType>,
+    pub names: Vec<Py<PyString>>,
+    pub set: std::collections::HashSet<String>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn with_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    f(guard.get_or_insert_with(Registry::default))
+}
+
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+fn changed(r: &mut Registry) -> Vec<Arc<TypeInfo>> {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    // hand the old entries back so they are dropped outside the lock
+    r.cache.drain().map(|(_, v)| v).collect()
+}
+
+pub fn register_user_type(cls: &Bound<'_, PyType>, only_tensors: bool) {
+    let key = cls.as_ptr() as usize;
+    let old = with_registry(|r| {
+        r.user_types
+            .insert(key, (cls.clone().unbind(), only_tensors));
+        let gone = r.ignored.remove(&key);
+        (changed(r), gone)
+    });
+    drop(old);
+}
+
+pub fn unregister_user_type(cls: &Bound<'_, PyType>) {
+    let key = cls.as_ptr() as usize;
+    let old = with_registry(|r| {
+        let gone = r.user_types.remove(&key);
+        (changed(r), gone)
+    });
+    drop(old);
+}
+
+pub fn ignore_type(cls: &Bound<'_, PyType>) {
+    let key = cls.as_ptr() as usize;
+    let old = with_registry(|r| {
+        r.ignored.insert(key, cls.clone().unbind());
+        let gone = r.user_types.remove(&key);
+        (changed(r), gone)
+    });
+    drop(old);
+}
+
+pub fn unignore_type(cls: &Bound<'_, PyType>) {
+    let key = cls.as_ptr() as usize;
+    let old = with_registry(|r| {
+        let gone = r.ignored.remove(&key);
+        (changed(r), gone)
+    });
+    drop(old);
+}
+
+/// Classify `ty`, from the shared cache or by asking Python once.
+pub fn type_info(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<TypeInfo>> {
+    let key = ty.as_ptr() as usize;
+    let gen = generation();
+    let (hit, user, ignored) = with_registry(|r| {
+        (
+            r.cache.get(&key).cloned(),
+            r.user_types.get(&key).map(|(_, f)| *f),
+            r.ignored.contains_key(&key),
+        )
+    });
+    if let Some(info) = hit {
+        return Ok(info);
+    }
+    let info = Arc::new(classify(py, ty, user, ignored)?);
+    with_registry(|r| {
+        if generation() == gen {
+            r.cache.insert(key, info.clone());
+        }
+    });
+    Ok(info)
+}
+
+fn classify(
+    py: Python<'_>,
+    ty: &Bound<'_, PyType>,
+    user: Option<bool>,
+    ignored: bool,
+) -> PyResult<TypeInfo> {
+    let it = interp(py)?;
+    let mut fields = Vec::new();
+    let walk = if ty.is(py.get_type::<PyList>()) {
+        Walk::List
+    } else if ty.is(py.get_type::<PyTuple>()) {
+        Walk::Tuple
+    } else if ty.is(py.get_type::<PyDict>()) {
+        Walk::Dict
+    } else if ty.is_subclass_of::<PyList>()? || ty.is_subclass_of::<PyTuple>()? {
+        Walk::Sequence
+    } else if ty.is_subclass_of::<PyDict>()? || ty.is_subclass(it.user_dict.bind(py))? {
+        Walk::Mapping
+    } else if ty.hasattr(pyo3::intern!(py, "__dataclass_fields__"))? {
+        let dc = py.import("dataclasses")?;
+        let field_marker = dc.getattr("_FIELD")?;
+        let declared = ty.getattr(pyo3::intern!(py, "__dataclass_fields__"))?;
+        for f in declared.downcast::<PyDict>()?.values() {
+            if f.getattr("_field_type")?.is(&field_marker) {
+                fields.push(f.getattr("name")?.downcast_into::<PyString>()?.unbind());
+            }
+        }
+        Walk::Dataclass
+    } else if user.is_some() {
+        Walk::UserType
+    } else {
+        Walk::Leaf
+    };
+    Ok(TypeInfo {
+        ty: ty.clone().unbind(),
+        walk,
+        ignored,
+        is_tensor: ty.is_subclass(it.tensor_type.bind(py))?,
+        only_tensors: user,
+        fields,
+    })
+}
+
+/// The public data attributes a user-type class declares: `dir(cls)` without private names,
+/// properties and callables, computed once per class.
+pub fn class_fields(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<ClassFields>> {
+    let key = ty.as_ptr() as usize;
+    if let Some(f) = with_registry(|r| r.class_fields.get(&key).cloned()) {
+        return Ok(f);
+    }
+    let property = py.import("builtins")?.getattr("property")?;
+    let mut names = Vec::new();
+    let mut set = std::collections::HashSet::new();
+    for attr in ty.dir()?.iter() {
+        let name = attr.downcast_into::<PyString>()?;
+        let text = name.to_cow()?.into_owned();
+        if text.starts_with('_') {
+            continue;
+        }
+        let value = match ty.getattr(&name) {
+            Ok(v) => v,
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+                py.None().into_bound(py)
+            }
+            Err(e) => return Err(e),
+        };
+        if value.is_instance(&property)? || value.is_callable() {
+            continue;
+        }
+        set.insert(text);
+        names.push(name.unbind());
+    }
+    let fields = Arc::new(ClassFields {
+        _ty: ty.clone().unbind(),
+        names,
+        set,
+    });
+    with_registry(|r| r.class_fields.entry(key).or_insert(fields).clone());
+    Ok(with_registry(|r| r.class_fields.get(&key).cloned()).expect("just inserted"))
+}

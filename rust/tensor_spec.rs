@@ -1,0 +1,684 @@
+//! Tensor specs: shapes, the range of shapes seen, batch-size multipliers, and how they merge.
+//!
+//! [`Spec`] is the plain Rust form every computation uses. [`TensorSpec`] is the Python class; its
+//! fields are ordinary Python lists (so `spec.shape[1] = "dim1"` behaves as in the reference) and
+//! its methods convert to and from [`Spec`] around the Rust logic.
+
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::interp::info_level_index;
+
+/// One entry of `TensorSpec.shape`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dim {
+    Int(i64),
+    /// `"batch{n}"`
+    Batch(u32),
+    /// `"dim{n}"`
+    Dyn(u32),
+    /// any other string
+    Str(Box<str>),
+}
+
+impl Dim {
+    pub fn parse(s: &str) -> Dim {
+        fn num(rest: &str) -> Option<u32> {
+            if rest.is_empty()
+                || (rest.len() > 1 && rest.starts_with('0'))
+                || !rest.bytes().all(|b| b.is_ascii_digit())
+            {
+                return None;
+            }
+            rest.parse().ok()
+        }
+        if let Some(n) = s.strip_prefix("batch").and_then(num) {
+            return Dim::Batch(n);
+        }
+        if let Some(n) = s.strip_prefix("dim").and_then(num) {
+            return Dim::Dyn(n);
+        }
+        Dim::Str(s.into())
+    }
+
+    pub fn is_batch(&self) -> bool {
+        match self {
+            Dim::Batch(_) => true,
+            Dim::Str(s) => s.starts_with("batch"),
+            _ => false,
+        }
+    }
+
+    pub fn is_dynamic(&self) -> bool {
+        match self {
+            Dim::Dyn(_) => true,
+            Dim::Str(s) => s.starts_with("dim"),
+            _ => false,
+        }
+    }
+
+    pub fn write(&self, out: &mut String) {
+        use std::fmt::Write;
+        match self {
+            Dim::Int(v) => write!(out, "{v}").unwrap(),
+            Dim::Batch(n) => write!(out, "batch{n}").unwrap(),
+            Dim::Dyn(n) => write!(out, "dim{n}").unwrap(),
+            Dim::Str(s) => out.push_str(s),
+        }
+    }
+
+    pub fn to_py<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        match self {
+            Dim::Int(v) => v.into_pyobject(py).expect("int").into_any(),
+            other => {
+                let mut s = String::new();
+                other.write(&mut s);
+                PyString::new(py, &s).into_any()
+            }
+        }
+    }
+
+    fn from_py(v: &Bound<'_, PyAny>) -> PyResult<Dim> {
+        if let Ok(s) = v.downcast::<PyString>() {
+            return Ok(Dim::parse(&s.to_cow()?));
+        }
+        if v.is_instance_of::<PyInt>() {
+            return Ok(Dim::Int(v.extract()?));
+        }
+        Err(PyTypeError::new_err(format!(
+            "TensorSpec.shape holds ints and strings, got {} ({})",
+            v.repr()?,
+            v.get_type().name()?
+        )))
+    }
+}
+
+/// A tensor's spec in plain Rust.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spec {
+    pub shape: Vec<Dim>,
+    pub min: Vec<i64>,
+    pub max: Vec<i64>,
+    pub mult: Vec<f64>,
+    pub dtype: u16,
+}
+
+pub fn is_int(v: f64) -> PyResult<bool> {
+    if v.is_nan() {
+        return Ok(false);
+    }
+    if v.is_infinite() {
+        return Err(PyOverflowError::new_err(
+            "cannot convert float infinity to integer",
+        ));
+    }
+    Ok(v.trunc() == v)
+}
+
+impl Spec {
+    pub fn fresh(dims: &[i64], dtype: u16, batch_size: f64) -> Spec {
+        Spec {
+            shape: dims.iter().map(|&d| Dim::Int(d)).collect(),
+            min: dims.to_vec(),
+            max: dims.to_vec(),
+            mult: dims.iter().map(|&d| multiplier(d, batch_size)).collect(),
+            dtype,
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Learn from another sample of the same tensor: axes whose size changed become `batchN` when
+    /// both samples have the same integer multiplier of the batch size, `dimN` otherwise.
+    /// Returns whether anything changed.
+    pub fn merge(&mut self, other: &Spec) -> PyResult<bool> {
+        if self.rank() != other.rank() {
+            return Err(PyValueError::new_err("Tensors must have the same rank"));
+        }
+        let mut changed = false;
+        for i in 0..self.rank() {
+            if self.shape[i] == other.shape[i] {
+                continue;
+            }
+            changed = true;
+            let (lo, hi) = (other.min.get(i).copied(), other.max.get(i).copied());
+            let (lo, hi) = match (lo, hi, self.min.get(i), self.max.get(i)) {
+                (Some(lo), Some(hi), Some(_), Some(_)) => (lo, hi),
+                _ => {
+                    return Err(PyValueError::new_err(
+                        "min_shape and max_shape must be as long as shape",
+                    ))
+                }
+            };
+            self.min[i] = self.min[i].min(lo);
+            self.max[i] = self.max[i].max(hi);
+            let (a, b) = (self.mult.get(i).copied(), other.mult.get(i).copied());
+            let (a, b) = match (a, b) {
+                (Some(a), Some(b)) => (a, b),
+                _ => {
+                    return Err(PyValueError::new_err(
+                        "_bs_multipliers must be as long as shape",
+                    ))
+                }
+            };
+            if a == b && is_int(a)? {
+                self.shape[i] = Dim::Batch(i as u32);
+            } else {
+                self.mult[i] = f64::NAN;
+                self.shape[i] = Dim::Dyn(i as u32);
+            }
+        }
+        Ok(changed)
+    }
+
+    pub fn batch_axes(&self) -> PyResult<Vec<(usize, i64)>> {
+        let mut out = Vec::new();
+        for (i, d) in self.shape.iter().enumerate() {
+            if d.is_batch() {
+                let m = *self.mult.get(i).ok_or_else(|| {
+                    PyValueError::new_err("_bs_multipliers must be as long as shape")
+                })?;
+                if m.is_nan() {
+                    return Err(PyValueError::new_err("cannot convert float NaN to integer"));
+                }
+                if m.is_infinite() {
+                    return Err(PyOverflowError::new_err(
+                        "cannot convert float infinity to integer",
+                    ));
+                }
+                out.push((i, m.trunc() as i64));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn has_batch_axis(&self) -> bool {
+        self.shape.iter().any(Dim::is_batch)
+    }
+
+    pub fn has_dynamic_axis(&self) -> bool {
+        self.shape.iter().any(Dim::is_dynamic)
+    }
+
+    /// The `describe()` text of a spec at level 0 (SHORT), 1 (MEDIUM) or 2 (FULL).
+    pub fn describe(&self, level: usize, out: &mut String) {
+        out.push_str("shape=[");
+        join_dims(&self.shape, out);
+        out.push(']');
+        if level == 0 {
+            return;
+        }
+        if level == 2 {
+            out.push_str(" min_shape=[");
+            join_ints(&self.min, out);
+            out.push_str("] max_shape=[");
+            join_ints(&self.max, out);
+            out.push(']');
+        }
+        out.push_str(" dtype=");
+        out.push_str(&dtype_str(self.dtype));
+    }
+}
+
+pub fn multiplier(size: i64, batch_size: f64) -> f64 {
+    if batch_size.is_nan() {
+        f64::NAN
+    } else {
+        size as f64 / batch_size
+    }
+}
+
+fn join_dims(dims: &[Dim], out: &mut String) {
+    for (i, d) in dims.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        d.write(out);
+    }
+}
+
+fn join_ints(v: &[i64], out: &mut String) {
+    use std::fmt::Write;
+    for (i, d) in v.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{d}").unwrap();
+    }
+}
+
+// ---- dtypes -------------------------------------------------------------------------------------
+
+struct DtypeEntry {
+    ptr: usize,
+    obj: Py<PyAny>,
+    text: String,
+}
+
+static DTYPES: Mutex<Vec<DtypeEntry>> = Mutex::new(Vec::new());
+
+/// A small id for a dtype object (torch dtypes and anything else a spec was given).
+pub fn dtype_id(obj: &Bound<'_, PyAny>) -> PyResult<u16> {
+    let ptr = obj.as_ptr() as usize;
+    {
+        let table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = table.iter().position(|e| e.ptr == ptr) {
+            return Ok(i as u16);
+        }
+    }
+    let text = obj.str()?.to_cow()?.into_owned();
+    let mut table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = table.iter().position(|e| e.ptr == ptr) {
+        return Ok(i as u16);
+    }
+    if table.len() >= u16::MAX as usize {
+        return Err(PyValueError::new_err("too many distinct dtype objects"));
+    }
+    table.push(DtypeEntry {
+        ptr,
+        obj: obj.clone().unbind(),
+        text,
+    });
+    Ok((table.len() - 1) as u16)
+}
+
+pub fn dtype_obj(py: Python<'_>, id: u16) -> Bound<'_, PyAny> {
+    let table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    table[id as usize].obj.bind(py).clone()
+}
+
+pub fn dtype_str(id: u16) -> String {
+    let table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    table[id as usize].text.clone()
+}
+
+/// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype.
+#[derive(Default)]
+pub struct DtypeMemo(Vec<(usize, u16)>);
+
+impl DtypeMemo {
+    #[inline]
+    pub fn id(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<u16> {
+        let ptr = obj.as_ptr() as usize;
+        for &(p, id) in &self.0 {
+            if p == ptr {
+                return Ok(id);
+            }
+        }
+        let id = dtype_id(obj)?;
+        self.0.push((ptr, id));
+        Ok(id)
+    }
+}
+
+// ---- reading tensors ----------------------------------------------------------------------------
+
+/// Append the sizes of `tensor` to `dims` and return its dtype id.
+pub fn read_tensor(
+    py: Python<'_>,
+    tensor: &Bound<'_, PyAny>,
+    dims: &mut Vec<i64>,
+    memo: &mut DtypeMemo,
+) -> PyResult<u16> {
+    let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
+    let shape = shape
+        .downcast::<PyTuple>()
+        .map_err(|_| PyTypeError::new_err("tensor.shape is not a tuple"))?;
+    for d in shape.iter_borrowed() {
+        match d.extract::<i64>() {
+            Ok(v) if d.is_instance_of::<PyInt>() => dims.push(v),
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "a tensor has a symbolic or non-integer size {} in shape {}; aitune_fast records concrete shapes only",
+                    d.repr()?,
+                    shape.repr()?
+                )))
+            }
+        }
+    }
+    let dtype = tensor.getattr(pyo3::intern!(py, "dtype"))?;
+    memo.id(&dtype)
+}
+
+// ---- the Python class ---------------------------------------------------------------------------
+
+/// Metadata of one tensor: its shape (ints, or `batchN`/`dimN` for axes learned to vary), the
+/// smallest and largest sizes seen on each axis, its dtype, and each axis's size divided by the
+/// batch size it was recorded at.
+///
+/// Two specs are equal when they have the same rank: sizes may differ on dynamic axes.
+#[pyclass(module = "aitune_fast.tensor_spec", name = "TensorSpec", subclass)]
+pub struct TensorSpec {
+    #[pyo3(get, set)]
+    pub shape: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub min_shape: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub max_shape: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub dtype: Py<PyAny>,
+    #[pyo3(get, set, name = "_bs_multipliers")]
+    pub bs_multipliers: Py<PyAny>,
+}
+
+fn float_list<'py>(py: Python<'py>, v: &[f64]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, v.iter().map(|&x| PyFloat::new(py, x)))
+}
+
+fn int_list<'py>(py: Python<'py>, v: &[i64]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, v)
+}
+
+pub fn dim_list<'py>(py: Python<'py>, v: &[Dim]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, v.iter().map(|d| d.to_py(py)))
+}
+
+impl TensorSpec {
+    pub fn from_spec(py: Python<'_>, s: &Spec) -> PyResult<TensorSpec> {
+        Ok(TensorSpec {
+            shape: dim_list(py, &s.shape)?.into_any().unbind(),
+            min_shape: int_list(py, &s.min)?.into_any().unbind(),
+            max_shape: int_list(py, &s.max)?.into_any().unbind(),
+            dtype: dtype_obj(py, s.dtype).unbind(),
+            bs_multipliers: float_list(py, &s.mult)?.into_any().unbind(),
+        })
+    }
+
+    /// Read the Python fields into a [`Spec`].
+    pub fn to_spec(&self, py: Python<'_>) -> PyResult<Spec> {
+        let seq =
+            |o: &Py<PyAny>| -> PyResult<Vec<Bound<'_, PyAny>>> { o.bind(py).try_iter()?.collect() };
+        let shape = seq(&self.shape)?
+            .iter()
+            .map(Dim::from_py)
+            .collect::<PyResult<Vec<_>>>()?;
+        let ints = |o: &Py<PyAny>, what: &str| -> PyResult<Vec<i64>> {
+            seq(o)?
+                .iter()
+                .map(|v| {
+                    v.extract::<i64>().map_err(|_| {
+                        PyTypeError::new_err(format!("TensorSpec.{what} holds ints, got {v}"))
+                    })
+                })
+                .collect()
+        };
+        let min = ints(&self.min_shape, "min_shape")?;
+        let max = ints(&self.max_shape, "max_shape")?;
+        let mult = seq(&self.bs_multipliers)?
+            .iter()
+            .map(|v| {
+                v.extract::<f64>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "TensorSpec._bs_multipliers holds floats, got {v}"
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Spec {
+            shape,
+            min,
+            max,
+            mult,
+            dtype: dtype_id(self.dtype.bind(py))?,
+        })
+    }
+
+    /// Write a merged spec back into the existing lists, item by item, where it changed.
+    pub fn write_back(&self, py: Python<'_>, before: &Spec, after: &Spec) -> PyResult<()> {
+        for i in 0..after.rank() {
+            if before.shape[i] != after.shape[i] {
+                self.shape.bind(py).set_item(i, after.shape[i].to_py(py))?;
+            }
+            if before.min[i] != after.min[i] {
+                self.min_shape.bind(py).set_item(i, after.min[i])?;
+            }
+            if before.max[i] != after.max[i] {
+                self.max_shape.bind(py).set_item(i, after.max[i])?;
+            }
+            if before.mult[i].to_bits() != after.mult[i].to_bits() {
+                self.bs_multipliers.bind(py).set_item(i, after.mult[i])?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn rank(&self, py: Python<'_>) -> PyResult<usize> {
+        self.shape.bind(py).len()
+    }
+
+    fn describe_text(&self, py: Python<'_>, level: usize) -> PyResult<String> {
+        let mut out = String::from("shape=[");
+        join_py(self.shape.bind(py), &mut out)?;
+        out.push(']');
+        if level == 0 {
+            return Ok(out);
+        }
+        if level == 2 {
+            out.push_str(" min_shape=[");
+            join_py(self.min_shape.bind(py), &mut out)?;
+            out.push_str("] max_shape=[");
+            join_py(self.max_shape.bind(py), &mut out)?;
+            out.push(']');
+        }
+        out.push_str(" dtype=");
+        out.push_str(&self.dtype.bind(py).str()?.to_cow()?);
+        Ok(out)
+    }
+}
+
+fn join_py(seq: &Bound<'_, PyAny>, out: &mut String) -> PyResult<()> {
+    for (i, v) in seq.try_iter()?.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&v?.str()?.to_cow()?);
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl TensorSpec {
+    #[new]
+    #[pyo3(signature = (shape, min_shape, max_shape, dtype, _bs_multipliers))]
+    fn py_new(
+        shape: Py<PyAny>,
+        min_shape: Py<PyAny>,
+        max_shape: Py<PyAny>,
+        dtype: Py<PyAny>,
+        _bs_multipliers: Py<PyAny>,
+    ) -> Self {
+        TensorSpec {
+            shape,
+            min_shape,
+            max_shape,
+            dtype,
+            bs_multipliers: _bs_multipliers,
+        }
+    }
+
+    /// The spec of `tensor`, with multipliers relative to `batch_size` (NaN when unknown).
+    #[staticmethod]
+    fn from_tensor(py: Python<'_>, tensor: &Bound<'_, PyAny>, batch_size: f64) -> PyResult<Self> {
+        let mut dims = Vec::new();
+        let dtype = read_tensor(py, tensor, &mut dims, &mut DtypeMemo::default())?;
+        TensorSpec::from_spec(py, &Spec::fresh(&dims, dtype, batch_size))
+    }
+
+    #[pyo3(signature = (info_level=None))]
+    fn describe(
+        &self,
+        py: Python<'_>,
+        info_level: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<String>> {
+        let level = match info_level {
+            None => Some(2),
+            Some(l) => info_level_index(py, l)?,
+        };
+        match level {
+            Some(l) => Ok(Some(self.describe_text(py, l)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.describe_text(py, 1)
+    }
+
+    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        self.describe_text(py, 0)
+    }
+
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match other.downcast::<TensorSpec>() {
+            Ok(o) => Ok(self.rank(py)? == o.borrow().rank(py)?),
+            Err(_) => Ok(false),
+        }
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        Ok(self.rank(py)? as isize)
+    }
+
+    /// Learn from `other`, a later sample of the same tensor (see the class docs).
+    fn update_shapes_seen(&self, py: Python<'_>, other: &Bound<'_, TensorSpec>) -> PyResult<()> {
+        let before = self.to_spec(py)?;
+        let theirs = other.borrow().to_spec(py)?;
+        let mut after = before.clone();
+        after.merge(&theirs)?;
+        self.write_back(py, &before, &after)
+    }
+
+    /// `{axis: multiplier}` for every batch axis.
+    fn get_batch_axis_multipliers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (axis, m) in self.to_spec(py)?.batch_axes()? {
+            d.set_item(axis, m)?;
+        }
+        Ok(d)
+    }
+
+    fn get_max_batch_size(&self, py: Python<'_>) -> PyResult<i64> {
+        let s = self.to_spec(py)?;
+        Ok(s.batch_axes()?
+            .iter()
+            .map(|&(a, _)| s.max[a])
+            .fold(1, i64::max))
+    }
+
+    fn get_min_batch_size(&self, py: Python<'_>) -> PyResult<Option<i64>> {
+        let s = self.to_spec(py)?;
+        Ok(s.batch_axes()?.iter().map(|&(a, _)| s.min[a]).min())
+    }
+
+    fn has_batch_axis(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.to_spec(py)?.has_batch_axis())
+    }
+
+    fn has_dynamic_axis(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.to_spec(py)?.has_dynamic_axis())
+    }
+
+    /// Same rank, and equal sizes wherever both specs hold a concrete size.
+    fn matches(&self, py: Python<'_>, other: &Bound<'_, TensorSpec>) -> PyResult<bool> {
+        let a = self.to_spec(py)?;
+        let b = other.borrow().to_spec(py)?;
+        if a.rank() != b.rank() {
+            return Ok(false);
+        }
+        Ok(a.shape.iter().zip(&b.shape).all(|pair| match pair {
+            (Dim::Int(x), Dim::Int(y)) => x == y,
+            _ => true,
+        }))
+    }
+
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let copy = py.import("copy")?.getattr("deepcopy")?;
+        let d = PyDict::new(py);
+        d.set_item("type", "TensorSpec")?;
+        d.set_item("shape", copy.call1((self.shape.bind(py),))?)?;
+        d.set_item("min_shape", copy.call1((self.min_shape.bind(py),))?)?;
+        d.set_item("max_shape", copy.call1((self.max_shape.bind(py),))?)?;
+        d.set_item("dtype", copy.call1((self.dtype.bind(py),))?)?;
+        d.set_item(
+            "_bs_multipliers",
+            copy.call1((self.bs_multipliers.bind(py),))?,
+        )?;
+        Ok(d)
+    }
+
+    /// Build a spec from `to_dict()` output. Like the reference, removes the `"type"` key from `data`.
+    #[staticmethod]
+    fn from_dict(py: Python<'_>, data: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let ok = match data.get_item("type")? {
+            Some(t) => t
+                .extract::<String>()
+                .map(|s| s == "TensorSpec")
+                .unwrap_or(false),
+            None => false,
+        };
+        if !ok {
+            return Err(PyValueError::new_err(
+                "Invalid dictionary format for TensorSpec",
+            ));
+        }
+        data.del_item("type")?;
+        let get = |k: &str| -> PyResult<Py<PyAny>> {
+            data.get_item(k)?.map(|v| v.unbind()).ok_or_else(|| {
+                PyTypeError::new_err(format!("TensorSpec.from_dict: missing key {k:?}"))
+            })
+        };
+        let known = [
+            "shape",
+            "min_shape",
+            "max_shape",
+            "dtype",
+            "_bs_multipliers",
+        ];
+        for k in data.keys() {
+            let k = k.extract::<String>().unwrap_or_default();
+            if !known.contains(&k.as_str()) {
+                return Err(PyTypeError::new_err(format!(
+                    "TensorSpec.from_dict: unexpected key {k:?}"
+                )));
+            }
+        }
+        let _ = py;
+        Ok(TensorSpec {
+            shape: get("shape")?,
+            min_shape: get("min_shape")?,
+            max_shape: get("max_shape")?,
+            dtype: get("dtype")?,
+            bs_multipliers: get("_bs_multipliers")?,
+        })
+    }
+
+    /// Whether `value` is a whole number (by value, not by type); NaN is not.
+    #[staticmethod]
+    fn is_int(value: f64) -> PyResult<bool> {
+        is_int(value)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let me = slf.borrow();
+        let args = PyTuple::new(
+            py,
+            [
+                &me.shape,
+                &me.min_shape,
+                &me.max_shape,
+                &me.dtype,
+                &me.bs_multipliers,
+            ]
+            .map(|o| o.bind(py).clone()),
+        )?;
+        Ok((slf.get_type().into_any(), args))
+    }
+}

@@ -1,0 +1,382 @@
+//! Walking nested arguments: dicts, UserDicts, lists, tuples, dataclasses and registered user
+//! types, in the reference's order, without recursion (any depth fits) and without hanging on
+//! cycles (a container met again inside itself is an error naming the path where it happens).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple, PyType};
+
+use crate::locator::{rich_eq, Accessor, Arena, Kind, Locator, ROOT};
+use crate::registry::{class_fields, type_info, ClassFields, TypeInfo, Walk};
+
+/// The deepest nesting accepted; deeper structures are rejected with a `ValueError`.
+pub const MAX_DEPTH: usize = 1_000_000;
+
+/// Receives the leaves of a walk.
+pub trait Visitor {
+    /// `value` sits at step `(parent, acc, kind)`; `under_cache_position` says whether the
+    /// path's first step is `"cache_position"`. Push the step into `arena` to keep a locator.
+    #[allow(clippy::too_many_arguments)]
+    fn leaf(
+        &mut self,
+        py: Python<'_>,
+        arena: &mut Arena,
+        step: Option<(u32, Accessor, Kind)>,
+        value: &Bound<'_, PyAny>,
+        info: &TypeInfo,
+        under_cache_position: bool,
+    ) -> PyResult<()>;
+}
+
+enum Source<'py> {
+    List(Bound<'py, PyList>, usize),
+    Tuple(Bound<'py, PyTuple>, usize),
+    Dict(Bound<'py, PyDict>, ffi::Py_ssize_t, ffi::Py_ssize_t),
+    Seq(Bound<'py, PyIterator>, i64),
+    Items(Bound<'py, PyIterator>),
+    Fields(Bound<'py, PyAny>, FieldList, usize, Kind),
+}
+
+enum FieldList {
+    Shared(Arc<TypeInfo>),
+    Class(Arc<ClassFields>),
+    Own(Vec<Py<PyString>>),
+}
+
+impl FieldList {
+    fn get(&self, i: usize) -> Option<&Py<PyString>> {
+        match self {
+            FieldList::Shared(t) => t.fields.get(i),
+            FieldList::Class(c) => c.names.get(i),
+            FieldList::Own(v) => v.get(i),
+        }
+    }
+}
+
+struct Frame<'py> {
+    src: Source<'py>,
+    node: u32,
+    only_tensors: bool,
+    ptr: usize,
+}
+
+impl<'py> Source<'py> {
+    fn next(&mut self, py: Python<'py>) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
+        match self {
+            Source::List(l, i) => {
+                if *i >= l.len() {
+                    return Ok(None);
+                }
+                let v = l.get_item(*i)?;
+                *i += 1;
+                Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
+            }
+            Source::Tuple(t, i) => {
+                if *i >= t.len() {
+                    return Ok(None);
+                }
+                let v = t.get_item(*i)?;
+                *i += 1;
+                Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
+            }
+            Source::Dict(d, pos, len) => {
+                // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
+                let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+                let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+                let now = unsafe { ffi::PyDict_Size(d.as_ptr()) };
+                if now != *len {
+                    return Err(PyRuntimeError::new_err(
+                        "dictionary changed size during iteration",
+                    ));
+                }
+                if unsafe { ffi::PyDict_Next(d.as_ptr(), pos, &mut k, &mut v) } == 0 {
+                    return Ok(None);
+                }
+                let key = unsafe { Bound::from_borrowed_ptr(py, k) };
+                let value = unsafe { Bound::from_borrowed_ptr(py, v) };
+                Ok(Some((Accessor::from_py(&key), value, Kind::Dict)))
+            }
+            Source::Seq(it, i) => match it.next() {
+                None => Ok(None),
+                Some(v) => {
+                    *i += 1;
+                    Ok(Some((Accessor::Int(*i - 1), v?, Kind::Sequence)))
+                }
+            },
+            Source::Items(it) => match it.next() {
+                None => Ok(None),
+                Some(pair) => {
+                    let pair = pair?;
+                    let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.extract()?;
+                    Ok(Some((Accessor::from_py(&k), v, Kind::Dict)))
+                }
+            },
+            Source::Fields(obj, fields, i, kind) => match fields.get(*i) {
+                None => Ok(None),
+                Some(name) => {
+                    *i += 1;
+                    let name = name.bind(py);
+                    let v = obj.getattr(name)?;
+                    Ok(Some((Accessor::Str(name.clone().unbind()), v, *kind)))
+                }
+            },
+        }
+    }
+}
+
+/// Per-walk memo of type classifications and user-type class fields.
+#[derive(Default)]
+struct Memo {
+    types: Vec<(usize, Arc<TypeInfo>)>,
+    fields: Vec<(usize, Arc<ClassFields>)>,
+}
+
+impl Memo {
+    #[inline]
+    fn info(&mut self, py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<TypeInfo>> {
+        let key = ty.as_ptr() as usize;
+        if let Some((_, i)) = self.types.iter().find(|(k, _)| *k == key) {
+            return Ok(i.clone());
+        }
+        let info = type_info(py, ty)?;
+        self.types.push((key, info.clone()));
+        Ok(info)
+    }
+
+    fn class_fields(
+        &mut self,
+        py: Python<'_>,
+        ty: &Bound<'_, PyType>,
+    ) -> PyResult<Arc<ClassFields>> {
+        let key = ty.as_ptr() as usize;
+        if let Some((_, f)) = self.fields.iter().find(|(k, _)| *k == key) {
+            return Ok(f.clone());
+        }
+        let f = class_fields(py, ty)?;
+        self.fields.push((key, f.clone()));
+        Ok(f)
+    }
+}
+
+fn open<'py>(
+    py: Python<'py>,
+    memo: &mut Memo,
+    obj: &Bound<'py, PyAny>,
+    info: &Arc<TypeInfo>,
+) -> PyResult<Source<'py>> {
+    Ok(match info.walk {
+        Walk::List => Source::List(obj.downcast::<PyList>()?.clone(), 0),
+        Walk::Tuple => Source::Tuple(obj.downcast::<PyTuple>()?.clone(), 0),
+        Walk::Dict => {
+            let d = obj.downcast::<PyDict>()?.clone();
+            let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
+            Source::Dict(d, 0, len)
+        }
+        Walk::Sequence => Source::Seq(obj.try_iter()?, 0),
+        Walk::Mapping => Source::Items(obj.call_method0(pyo3::intern!(py, "items"))?.try_iter()?),
+        Walk::Dataclass => Source::Fields(
+            obj.clone(),
+            FieldList::Shared(info.clone()),
+            0,
+            Kind::Dataclass,
+        ),
+        Walk::UserType => {
+            let class = memo.class_fields(py, &obj.get_type())?;
+            let fields = match instance_fields(py, obj, &class)? {
+                Some(own) => FieldList::Own(own),
+                None => FieldList::Class(class),
+            };
+            Source::Fields(obj.clone(), fields, 0, Kind::UserType)
+        }
+        Walk::Leaf => unreachable!("leaves are not opened"),
+    })
+}
+
+/// Public instance attributes that the class does not declare; when there are any, the merged,
+/// sorted field list (the reference sorts class and instance names together).
+fn instance_fields(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    class: &ClassFields,
+) -> PyResult<Option<Vec<Py<PyString>>>> {
+    let dict = match obj.getattr(pyo3::intern!(py, "__dict__")) {
+        Ok(d) => d,
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut extra: Vec<(String, Py<PyString>)> = Vec::new();
+    if let Ok(d) = dict.downcast::<PyDict>() {
+        for k in d.keys() {
+            let name = k.downcast_into::<PyString>()?;
+            let text = name.to_cow()?;
+            if !text.starts_with('_') && !class.set.contains(text.as_ref()) {
+                extra.push((text.into_owned(), name.unbind()));
+            }
+        }
+    } else if dict.is_truthy()? {
+        for k in dict.try_iter()? {
+            let name = k?.downcast_into::<PyString>()?;
+            let text = name.to_cow()?;
+            if !text.starts_with('_') && !class.set.contains(text.as_ref()) {
+                extra.push((text.into_owned(), name.unbind()));
+            }
+        }
+    }
+    if extra.is_empty() {
+        return Ok(None);
+    }
+    for n in &class.names {
+        extra.push((n.bind(py).to_cow()?.into_owned(), n.clone_ref(py)));
+    }
+    extra.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Some(extra.into_iter().map(|(_, n)| n).collect()))
+}
+
+fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
+    match acc {
+        Accessor::Str(s) => Ok(s.bind(py).to_cow()? == "cache_position"),
+        Accessor::Int(_) => Ok(false),
+        Accessor::Obj(o) => rich_eq(o.bind(py), &PyString::new(py, "cache_position")),
+    }
+}
+
+/// Walk `root`, handing every leaf to `visitor` and building container paths in `arena`.
+pub fn walk<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+) -> PyResult<()> {
+    let mut memo = Memo::default();
+    let info = memo.info(py, &root.get_type())?;
+    if info.ignored {
+        return Ok(());
+    }
+    if info.walk == Walk::Leaf {
+        if !only_tensors || info.is_tensor {
+            visitor.leaf(py, arena, None, root, &info, false)?;
+        }
+        return Ok(());
+    }
+    let mut on_stack: HashMap<usize, u32> = HashMap::new();
+    let root_ptr = root.as_ptr() as usize;
+    on_stack.insert(root_ptr, ROOT);
+    let mut stack = vec![Frame {
+        src: open(py, &mut memo, root, &info)?,
+        node: ROOT,
+        only_tensors: info.only_tensors.unwrap_or(only_tensors),
+        ptr: root_ptr,
+    }];
+    // whether the first step of the current path is "cache_position"
+    let mut under_cp = false;
+    while let Some(frame) = stack.last_mut() {
+        let Some((acc, value, kind)) = frame.src.next(py)? else {
+            let done = stack.pop().expect("non-empty");
+            on_stack.remove(&done.ptr);
+            continue;
+        };
+        let parent = frame.node;
+        let frame_only = frame.only_tensors;
+        let info = memo.info(py, &value.get_type())?;
+        if info.ignored {
+            continue;
+        }
+        if parent == ROOT {
+            under_cp = is_cache_position(py, &acc)?;
+        }
+        if info.walk == Walk::Leaf {
+            if !frame_only || info.is_tensor {
+                visitor.leaf(
+                    py,
+                    arena,
+                    Some((parent, acc, kind)),
+                    &value,
+                    &info,
+                    under_cp,
+                )?;
+            }
+            continue;
+        }
+        let node = arena.push(py, parent, acc, kind)?;
+        let ptr = value.as_ptr() as usize;
+        if let Some(&ancestor) = on_stack.get(&ptr) {
+            return Err(PyValueError::new_err(format!(
+                "cyclic structure: {} is the same {} object as its enclosing {}; aitune_fast cannot describe an argument that contains itself",
+                display(py, arena, node),
+                value.get_type().name()?,
+                if ancestor == ROOT { "root argument".to_string() } else { display(py, arena, ancestor) },
+            )));
+        }
+        if stack.len() >= MAX_DEPTH {
+            return Err(PyValueError::new_err(format!(
+                "argument nested deeper than {MAX_DEPTH} levels (at {})",
+                display(py, arena, node)
+            )));
+        }
+        on_stack.insert(ptr, node);
+        let src = open(py, &mut memo, &value, &info)?;
+        stack.push(Frame {
+            src,
+            node,
+            only_tensors: info.only_tensors.unwrap_or(frame_only),
+            ptr,
+        });
+    }
+    Ok(())
+}
+
+fn display(py: Python<'_>, arena: &Arena, node: u32) -> String {
+    let text = arena.display_path(py, node, false).unwrap_or_default();
+    if text.is_empty() {
+        "the root".into()
+    } else {
+        text
+    }
+}
+
+struct Collect {
+    leaves: Vec<(u32, Py<PyAny>)>,
+}
+
+impl Visitor for Collect {
+    fn leaf(
+        &mut self,
+        py: Python<'_>,
+        arena: &mut Arena,
+        step: Option<(u32, Accessor, Kind)>,
+        value: &Bound<'_, PyAny>,
+        _info: &TypeInfo,
+        _cp: bool,
+    ) -> PyResult<()> {
+        let node = match step {
+            Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
+            None => ROOT,
+        };
+        self.leaves.push((node, value.clone().unbind()));
+        Ok(())
+    }
+}
+
+/// `Locator.find_leaves`: a list of `(Locator, leaf)` pairs.
+pub fn find_leaves<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    only_tensors: bool,
+    is_output: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut arena = Arena::new();
+    let mut c = Collect { leaves: Vec::new() };
+    walk(py, obj, only_tensors, &mut arena, &mut c)?;
+    let arena = Arc::new(arena);
+    let out = PyList::empty(py);
+    for (node, value) in c.leaves {
+        let loc = Bound::new(py, Locator::new_in(arena.clone(), node, is_output))?;
+        out.append(PyTuple::new(py, [loc.into_any(), value.into_bound(py)])?)?;
+    }
+    Ok(out)
+}
