@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+pub mod encoding;
 pub mod interp;
 pub mod json;
 pub mod locator;

@@ -1154,6 +1154,31 @@ impl SampleMetadata {
         Ok(())
     }
 
+    /// The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
+    /// needs (see `from_json`).
+    fn to_json(&self, py: Python<'_>) -> PyResult<String> {
+        crate::encoding::to_json(py, self)
+    }
+
+    /// Rebuild metadata from `to_json()` text.
+    #[staticmethod]
+    fn from_json(py: Python<'_>, text: &str) -> PyResult<SampleMetadata> {
+        crate::encoding::from_json(py, text)
+    }
+
+    /// A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
+    /// whose data uses aitune_fast's versioned encoding: no pickle.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::encoding::to_dict(py, self)
+    }
+
+    /// Rebuild metadata from `to_dict()` output, or from a dict written by the reference (its
+    /// pickled data is read by a restricted reader that runs nothing).
+    #[staticmethod]
+    fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMetadata> {
+        crate::encoding::from_dict(py, data)
+    }
+
     /// A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
     fn to_json_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         crate::json::to_json_dict(py, self)
