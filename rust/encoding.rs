@@ -12,7 +12,9 @@ pub fn to_json(_py: Python<'_>, _md: &SampleMetadata) -> PyResult<String> {
 }
 
 pub fn from_json(_py: Python<'_>, _text: &str) -> PyResult<SampleMetadata> {
-    Err(PyNotImplementedError::new_err("from_json is not written yet"))
+    Err(PyNotImplementedError::new_err(
+        "from_json is not written yet",
+    ))
 }
 
 pub fn to_dict<'py>(_py: Python<'py>, _md: &SampleMetadata) -> PyResult<Bound<'py, PyDict>> {
@@ -20,5 +22,7 @@ pub fn to_dict<'py>(_py: Python<'py>, _md: &SampleMetadata) -> PyResult<Bound<'p
 }
 
 pub fn from_dict(_py: Python<'_>, _data: &Bound<'_, PyAny>) -> PyResult<SampleMetadata> {
-    Err(PyNotImplementedError::new_err("from_dict is not written yet"))
+    Err(PyNotImplementedError::new_err(
+        "from_dict is not written yet",
+    ))
 }

@@ -10,6 +10,7 @@ pub mod locator;
 pub mod metadata;
 pub mod registry;
 pub mod tensor_spec;
+pub mod torch_shim;
 pub mod traversal;
 
 #[pymodule]
@@ -19,5 +20,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<metadata::SampleMetadata>()?;
     m.add_class::<metadata::ExactSampleMetadata>()?;
     m.add("MAX_DEPTH", traversal::MAX_DEPTH)?;
+    m.add("HAS_TORCH_SHIM", cfg!(aft_torch_shim))?;
     Ok(())
 }

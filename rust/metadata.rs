@@ -433,7 +433,13 @@ impl Visitor for Builder {
         };
         if info.is_tensor {
             self.scratch.clear();
-            let dtype = read_tensor(py, value, &mut self.scratch, &mut self.dtypes)?;
+            let dtype = read_tensor(
+                py,
+                value,
+                info.fast_tensor,
+                &mut self.scratch,
+                &mut self.dtypes,
+            )?;
             let dims = std::mem::take(&mut self.scratch);
             self.c.push_tensor(node, &dims, dtype)?;
             self.scratch = dims;

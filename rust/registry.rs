@@ -33,6 +33,8 @@ pub struct TypeInfo {
     pub walk: Walk,
     pub ignored: bool,
     pub is_tensor: bool,
+    /// an exact torch.Tensor or nn.Parameter that the C++ shim can read
+    pub fast_tensor: bool,
     /// `Some(flag)` when the type is a registered user type: its `only_tensors` setting
     pub only_tensors: Option<bool>,
     /// dataclass field names, in declaration order
@@ -172,6 +174,8 @@ fn classify(
         walk,
         ignored,
         is_tensor: ty.is_subclass(it.tensor_type.bind(py))?,
+        fast_tensor: it.shim
+            && (ty.is(it.tensor_type.bind(py)) || ty.is(it.parameter_type.bind(py))),
         only_tensors: user,
         fields,
     })

@@ -319,12 +319,20 @@ impl DtypeMemo {
 // ---- reading tensors ----------------------------------------------------------------------------
 
 /// Append the sizes of `tensor` to `dims` and return its dtype id.
+///
+/// `fast`: the tensor is an exact `torch.Tensor`/`nn.Parameter` and the C++ shim may read it.
 pub fn read_tensor(
     py: Python<'_>,
     tensor: &Bound<'_, PyAny>,
+    fast: bool,
     dims: &mut Vec<i64>,
     memo: &mut DtypeMemo,
 ) -> PyResult<u16> {
+    if fast {
+        if let Some(id) = crate::torch_shim::tensor_meta(tensor, dims)? {
+            return Ok(id);
+        }
+    }
     let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
     let shape = shape
         .downcast::<PyTuple>()
@@ -505,7 +513,7 @@ impl TensorSpec {
     #[staticmethod]
     fn from_tensor(py: Python<'_>, tensor: &Bound<'_, PyAny>, batch_size: f64) -> PyResult<Self> {
         let mut dims = Vec::new();
-        let dtype = read_tensor(py, tensor, &mut dims, &mut DtypeMemo::default())?;
+        let dtype = read_tensor(py, tensor, false, &mut dims, &mut DtypeMemo::default())?;
         TensorSpec::from_spec(py, &Spec::fresh(&dims, dtype, batch_size))
     }
 

@@ -4,6 +4,8 @@ Change ``from aitune.torch.module.sample_metadata import SampleMetadata`` to
 ``from aitune_fast import SampleMetadata``; everything else stays the same.
 """
 
+import torch  # noqa: F401  (loaded first: the extension links against its libraries)
+
 from aitune_fast._config import config
 from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, TensorSpec
 from aitune_fast._enums import InfoLevel, ObjectType
