@@ -99,13 +99,9 @@ pub fn context_batch_size<'py>(py: Python<'py>) -> PyResult<Option<Bound<'py, Py
     let ctx = it.global_context.bind(py);
     let stack = ctx.getattr(pyo3::intern!(py, "_data_stack"))?;
     let key = it.batch_size_key.bind(py);
-    for scope in stack
-        .try_iter()?
-        .collect::<PyResult<Vec<_>>>()?
-        .into_iter()
-        .rev()
-    {
-        let scope = scope.downcast_into::<PyDict>()?;
+    let stack = stack.downcast_into::<pyo3::types::PyList>()?;
+    for i in (0..stack.len()).rev() {
+        let scope = stack.get_item(i)?.downcast_into::<PyDict>()?;
         if let Some(v) = scope.get_item(key)? {
             return Ok(Some(v));
         }

@@ -530,6 +530,22 @@ impl SampleMetadata {
         }
     }
 
+    /// A metadata holding Python `(Locator, TensorSpec)` and `(Locator, value)` pairs (as
+    /// `SampleMetadata(tensor_data, other_data, ...)` makes one), for `encoding`.
+    pub fn from_py_parts(
+        tensors: Py<PyAny>,
+        others: Py<PyAny>,
+        strict: bool,
+        llm_phase: Option<Py<PyAny>>,
+    ) -> SampleMetadata {
+        SampleMetadata {
+            data: Data::Py { tensors, others },
+            strict,
+            llm_phase,
+            other_cache: None,
+        }
+    }
+
     pub fn view<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<View<'a, 'py>> {
         match &self.data {
             Data::Compact(c) => Ok(View::C(c)),
@@ -763,6 +779,15 @@ fn py_view<'py>(
 
 fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let it = interp(py)?;
+    if it.shim && cache_position.get_type().is(it.tensor_type.bind(py)) {
+        if let Some(first) = crate::torch_shim::first_int(cache_position) {
+            return Ok(if first == 0 {
+                it.prefill.clone_ref(py).into_any()
+            } else {
+                it.decode.clone_ref(py).into_any()
+            });
+        }
+    }
     let first = cache_position
         .get_item(0)?
         .call_method0(pyo3::intern!(py, "item"))?;

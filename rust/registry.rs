@@ -113,10 +113,47 @@ pub fn unignore_type(cls: &Bound<'_, PyType>) {
     drop(old);
 }
 
-/// Classify `ty`, from the shared cache or by asking Python once.
+thread_local! {
+    /// This thread's copy of recent classifications, valid for one registry generation.
+    static LOCAL: std::cell::RefCell<(u64, Vec<(usize, Arc<TypeInfo>)>)> = const { std::cell::RefCell::new((u64::MAX, Vec::new())) };
+}
+
+/// Classify `ty`: from this thread's cache, else the shared cache, else by asking Python once.
 pub fn type_info(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<TypeInfo>> {
     let key = ty.as_ptr() as usize;
     let gen = generation();
+    let local = LOCAL.with(|l| {
+        let l = l.borrow();
+        if l.0 == gen {
+            l.1.iter().find(|(k, _)| *k == key).map(|(_, i)| i.clone())
+        } else {
+            None
+        }
+    });
+    if let Some(info) = local {
+        return Ok(info);
+    }
+    let info = shared_type_info(py, ty, key, gen)?;
+    LOCAL.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.0 != gen {
+            l.0 = gen;
+            l.1.clear();
+        }
+        if l.1.len() >= 64 {
+            l.1.remove(0);
+        }
+        l.1.push((key, info.clone()));
+    });
+    Ok(info)
+}
+
+fn shared_type_info(
+    py: Python<'_>,
+    ty: &Bound<'_, PyType>,
+    key: usize,
+    gen: u64,
+) -> PyResult<Arc<TypeInfo>> {
     let (hit, user, ignored) = with_registry(|r| {
         (
             r.cache.get(&key).cloned(),

@@ -44,7 +44,7 @@ enum Source<'py> {
 enum FieldList {
     Shared(Arc<TypeInfo>),
     Class(Arc<ClassFields>),
-    Own(Vec<Py<PyString>>),
+    Own(Arc<[Py<PyString>]>),
 }
 
 impl FieldList {
@@ -128,11 +128,20 @@ impl<'py> Source<'py> {
     }
 }
 
-/// Per-walk memo of type classifications and user-type class fields.
+/// The field list of the last instance seen of a user type, keyed by its `__dict__` keys.
+struct InstanceFields {
+    ty: usize,
+    /// held (not just their addresses) so that no other string can take their place
+    keys: Vec<Py<PyAny>>,
+    fields: Option<Arc<[Py<PyString>]>>,
+}
+
+/// Per-walk memo of type classifications and user-type fields.
 #[derive(Default)]
 struct Memo {
     types: Vec<(usize, Arc<TypeInfo>)>,
     fields: Vec<(usize, Arc<ClassFields>)>,
+    instances: Vec<InstanceFields>,
 }
 
 impl Memo {
@@ -162,6 +171,48 @@ impl Memo {
     }
 }
 
+impl Memo {
+    /// `instance_fields`, reused while instances of a type keep the same `__dict__` keys (the
+    /// same interned name objects, in the same order), as instances built by one `__init__` do.
+    fn instance_fields(
+        &mut self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        ty: &Bound<'_, PyType>,
+        class: &ClassFields,
+    ) -> PyResult<Option<Arc<[Py<PyString>]>>> {
+        let dict = match obj.getattr(pyo3::intern!(py, "__dict__")) {
+            Ok(d) => d,
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let Ok(d) = dict.downcast_exact::<PyDict>() else {
+            return Ok(instance_fields(py, &dict, class)?.map(Arc::from));
+        };
+        let tkey = ty.as_ptr() as usize;
+        if let Some(hit) = self.instances.iter().find(|e| {
+            e.ty == tkey
+                && e.keys.len() == d.len()
+                && d.iter()
+                    .zip(&e.keys)
+                    .all(|((k, _), m)| k.as_ptr() == m.as_ptr())
+        }) {
+            return Ok(hit.fields.clone());
+        }
+        let keys: Vec<Py<PyAny>> = d.keys().into_iter().map(|k| k.unbind()).collect();
+        let fields = instance_fields(py, &dict, class)?.map(Arc::from);
+        self.instances.retain(|e| e.ty != tkey);
+        self.instances.push(InstanceFields {
+            ty: tkey,
+            keys,
+            fields: fields.clone(),
+        });
+        Ok(fields)
+    }
+}
+
 fn open<'py>(
     py: Python<'py>,
     memo: &mut Memo,
@@ -185,8 +236,9 @@ fn open<'py>(
             Kind::Dataclass,
         ),
         Walk::UserType => {
-            let class = memo.class_fields(py, &obj.get_type())?;
-            let fields = match instance_fields(py, obj, &class)? {
+            let ty = obj.get_type();
+            let class = memo.class_fields(py, &ty)?;
+            let fields = match memo.instance_fields(py, obj, &ty, &class)? {
                 Some(own) => FieldList::Own(own),
                 None => FieldList::Class(class),
             };
@@ -200,14 +252,9 @@ fn open<'py>(
 /// sorted field list (the reference sorts class and instance names together).
 fn instance_fields(
     py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
+    dict: &Bound<'_, PyAny>,
     class: &ClassFields,
 ) -> PyResult<Option<Vec<Py<PyString>>>> {
-    let dict = match obj.getattr(pyo3::intern!(py, "__dict__")) {
-        Ok(d) => d,
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => return Ok(None),
-        Err(e) => return Err(e),
-    };
     let mut extra: Vec<(String, Py<PyString>)> = Vec::new();
     if let Ok(d) = dict.downcast::<PyDict>() {
         for k in d.keys() {
@@ -244,6 +291,55 @@ fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
     }
 }
 
+/// The containers on the current path, by address, to detect cycles: a short list while the
+/// nesting is shallow, a hash map beyond.
+#[derive(Default)]
+struct OnStack {
+    short: Vec<(usize, u32)>,
+    long: Option<HashMap<usize, u32>>,
+}
+
+impl OnStack {
+    const SHORT: usize = 32;
+
+    #[inline]
+    fn get(&self, ptr: &usize) -> Option<&u32> {
+        match &self.long {
+            Some(m) => m.get(ptr),
+            None => self.short.iter().find(|(p, _)| p == ptr).map(|(_, n)| n),
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, ptr: usize, node: u32) {
+        match &mut self.long {
+            Some(m) => {
+                m.insert(ptr, node);
+            }
+            None if self.short.len() < Self::SHORT => self.short.push((ptr, node)),
+            None => {
+                let mut m: HashMap<usize, u32> = self.short.drain(..).collect();
+                m.insert(ptr, node);
+                self.long = Some(m);
+            }
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, ptr: &usize) {
+        match &mut self.long {
+            Some(m) => {
+                m.remove(ptr);
+            }
+            None => {
+                if let Some(i) = self.short.iter().rposition(|(p, _)| p == ptr) {
+                    self.short.swap_remove(i);
+                }
+            }
+        }
+    }
+}
+
 /// Walk `root`, handing every leaf to `visitor` and building container paths in `arena`.
 pub fn walk<V: Visitor>(
     py: Python<'_>,
@@ -263,7 +359,7 @@ pub fn walk<V: Visitor>(
         }
         return Ok(());
     }
-    let mut on_stack: HashMap<usize, u32> = HashMap::new();
+    let mut on_stack = OnStack::default();
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
     let mut stack = vec![Frame {
