@@ -111,12 +111,17 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         PyString::intern(py, "value"),
     ];
     let mut dtype_texts: Vec<(u16, Bound<'py, PyString>)> = Vec::new();
+    let mut cache = crate::locator::DisplayCache::default();
+    let mut text = String::new();
     let mut tensor_rows = Vec::with_capacity(c.items.len());
     for i in 0..c.items.len() {
         let node = c.items[i].node;
         let s = c.spec(i);
         let row = PyDict::new(py);
-        row.set_item(&keys[0], c.arena.display_path(py, node, c.is_output)?)?;
+        text.clear();
+        c.arena
+            .write_display_path_cached(py, node, c.is_output, &mut cache, &mut text)?;
+        row.set_item(&keys[0], PyString::new(py, &text))?;
         row.set_item(&keys[1], semantic_path(py, &c.arena, node)?)?;
         row.set_item(&keys[2], dim_list(py, &s.shape)?)?;
         row.set_item(&keys[3], PyList::new(py, &s.min)?)?;
@@ -135,7 +140,10 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     let mut other_rows = Vec::with_capacity(c.others.len());
     for (node, value) in &c.others {
         let row = PyDict::new(py);
-        row.set_item(&keys[0], c.arena.display_path(py, *node, c.is_output)?)?;
+        text.clear();
+        c.arena
+            .write_display_path_cached(py, *node, c.is_output, &mut cache, &mut text)?;
+        row.set_item(&keys[0], PyString::new(py, &text))?;
         row.set_item(&keys[1], semantic_path(py, &c.arena, *node)?)?;
         row.set_item(&keys[6], serialize(py, value.bind(py).clone())?)?;
         other_rows.push(row);

@@ -187,6 +187,13 @@ pub struct Node {
     pub hash: u64,
 }
 
+/// The display path of the last parent seen; see [`Arena::write_display_path_cached`].
+#[derive(Default)]
+pub struct DisplayCache {
+    parent: Option<u32>,
+    text: String,
+}
+
 /// A prefix tree of paths. Node 0 is the empty path (the root object itself).
 pub struct Arena {
     pub nodes: Vec<Node>,
@@ -331,35 +338,73 @@ impl Arena {
             out.push_str("output");
         }
         for (index, step) in self.chain(id).into_iter().enumerate() {
-            let n = self.node(step);
-            match n.kind {
-                Kind::Dataclass | Kind::UserType => {
-                    out.push('.');
+            self.write_step(py, step, index, is_output, start, out)?;
+        }
+        Ok(())
+    }
+
+    /// Append step `step` (the `index`-th of its path) to a display path that began at `start`.
+    fn write_step(
+        &self,
+        py: Python<'_>,
+        step: u32,
+        index: usize,
+        is_output: bool,
+        start: usize,
+        out: &mut String,
+    ) -> PyResult<()> {
+        let n = self.node(step);
+        match n.kind {
+            Kind::Dataclass | Kind::UserType => {
+                out.push('.');
+                n.acc.format(py, out)?;
+            }
+            _ if !is_output && index == 0 && is_identifier(py, &n.acc)? => {
+                out.truncate(start);
+                n.acc.format(py, out)?;
+            }
+            Kind::Sequence => {
+                out.push('[');
+                n.acc.format(py, out)?;
+                out.push(']');
+            }
+            Kind::Dict => {
+                if n.acc.is_str(py) {
+                    out.push_str("[\"");
                     n.acc.format(py, out)?;
-                }
-                _ if !is_output && index == 0 && is_identifier(py, &n.acc)? => {
-                    out.truncate(start);
-                    n.acc.format(py, out)?;
-                }
-                Kind::Sequence => {
+                    out.push_str("\"]");
+                } else {
                     out.push('[');
                     n.acc.format(py, out)?;
                     out.push(']');
                 }
-                Kind::Dict => {
-                    if n.acc.is_str(py) {
-                        out.push_str("[\"");
-                        n.acc.format(py, out)?;
-                        out.push_str("\"]");
-                    } else {
-                        out.push('[');
-                        n.acc.format(py, out)?;
-                        out.push(']');
-                    }
-                }
             }
         }
         Ok(())
+    }
+
+    /// `display_path` for many nodes in walk order: the parent's text is kept between calls, so
+    /// siblings cost one step each.
+    pub fn write_display_path_cached(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        is_output: bool,
+        cache: &mut DisplayCache,
+        out: &mut String,
+    ) -> PyResult<()> {
+        let n = self.node(id);
+        if id == ROOT || n.parent == ROOT {
+            return self.write_display_path(py, id, is_output, out);
+        }
+        if cache.parent != Some(n.parent) {
+            cache.text.clear();
+            self.write_display_path(py, n.parent, is_output, &mut cache.text)?;
+            cache.parent = Some(n.parent);
+        }
+        let start = out.len();
+        out.push_str(&cache.text);
+        self.write_step(py, id, n.depth as usize - 1, is_output, start, out)
     }
 
     /// `Locator.path`: the accessors alone; a single step is returned bare.
