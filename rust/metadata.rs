@@ -433,6 +433,16 @@ impl Visitor for Builder {
         };
         if info.is_tensor {
             self.scratch.clear();
+            if self.c.batch_size == 0.0
+                && value
+                    .getattr(pyo3::intern!(py, "ndim"))?
+                    .extract::<usize>()?
+                    > 0
+            {
+                return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
+                    "division by zero",
+                ));
+            }
             let dtype = read_tensor(
                 py,
                 value,
@@ -848,8 +858,8 @@ impl SampleMetadata {
             .is_truthy()?;
         let (c, cp) = build(py, inputs, strict, bs, false, check_cp)?;
         let phase = match cp {
-            Some(cp) => Some(phase_of(py, cp.bind(py))?),
-            None => None,
+            Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
+            _ => None,
         };
         Ok(SampleMetadata::from_compact(c, strict, phase))
     }
@@ -886,6 +896,59 @@ impl SampleMetadata {
 
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
         self.hash(py, false)
+    }
+
+    /// `copy.copy`: a new metadata sharing this one's `(Locator, TensorSpec)` pairs, as a shallow
+    /// copy of the reference's shares its specs.
+    fn __copy__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let (tensors, others, strict, phase) = {
+            let mut me = slf.borrow_mut();
+            let tensors = me.materialize(py)?;
+            let others = me.others_tuple(py)?;
+            let phase = match &me.llm_phase {
+                Some(p) => p.bind(py).clone(),
+                None => py.None().into_bound(py),
+            };
+            (tensors, others, me.strict, phase)
+        };
+        slf.get_type().call1((tensors, others, strict, phase))
+    }
+
+    /// Pickling and `deepcopy`: rebuilt from `(Locator, TensorSpec)` pairs (fresh ones
+    /// for compact metadata, which is left as it is).
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let mut me = slf.borrow_mut();
+        let others = me.others_tuple(py)?;
+        let tensors = match &me.data {
+            Data::Py { tensors, .. } => tensors.bind(py).clone(),
+            Data::Compact(c) => {
+                let mut pairs = Vec::with_capacity(c.items.len());
+                for i in 0..c.items.len() {
+                    let loc = Bound::new(
+                        py,
+                        Locator::new_in(c.arena.clone(), c.items[i].node, c.is_output),
+                    )?;
+                    let spec = Bound::new(py, TensorSpec::from_spec(py, &c.spec(i))?)?;
+                    pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
+                }
+                PyTuple::new(py, pairs)?.into_any()
+            }
+        };
+        let phase = match &me.llm_phase {
+            Some(p) => p.bind(py).clone(),
+            None => py.None().into_bound(py),
+        };
+        let strict = pyo3::types::PyBool::new(py, me.strict)
+            .to_owned()
+            .into_any();
+        Ok((
+            slf.get_type().into_any(),
+            PyTuple::new(py, [tensors, others, strict, phase])?,
+        ))
     }
 
     fn __str__(slf: &Bound<'_, Self>) -> PyResult<String> {

@@ -514,6 +514,11 @@ impl TensorSpec {
     fn from_tensor(py: Python<'_>, tensor: &Bound<'_, PyAny>, batch_size: f64) -> PyResult<Self> {
         let mut dims = Vec::new();
         let dtype = read_tensor(py, tensor, false, &mut dims, &mut DtypeMemo::default())?;
+        if batch_size == 0.0 && !dims.is_empty() {
+            return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
+                "division by zero",
+            ));
+        }
         TensorSpec::from_spec(py, &Spec::fresh(&dims, dtype, batch_size))
     }
 

@@ -56,7 +56,9 @@ def describe(metadata: SampleMetadata, info_level: Any) -> str:
         return "Tensors:\n" + tabulate([], headers=[]) + "\n"
     tensors, others = metadata._describe_rows(info_level is InfoLevel.FULL)
     fmt = "simple" if info_level is InfoLevel.MEDIUM else "fancy_grid"
-    text = "Tensors:\n" + tabulate(tensors, headers=_TENSOR_HEADERS[info_level], tablefmt=fmt) + "\n"
+    # the reference sets the headers while listing the tensors: without tensors, the table is empty
+    headers = _TENSOR_HEADERS[info_level] if tensors else []
+    text = "Tensors:\n" + tabulate(tensors, headers=headers, tablefmt=fmt) + "\n"
     if others:
         text += "Other:\n" + tabulate(others, headers=_OTHER_HEADERS, tablefmt=fmt) + "\n"
     return text
@@ -93,36 +95,68 @@ def _batch(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int) -> tu
     return tensor, aliases
 
 
+class _CountingMemo(dict):
+    """A deep-copy memo that counts how often the copy meets each of some objects."""
+
+    def __init__(self, watched: dict[int, Any]) -> None:
+        super().__init__()
+        self.watched = watched
+        self.met: dict[int, int] = {}
+
+    def get(self, key: int, default: Any = None) -> Any:
+        if key in self.watched:
+            self.met[key] = self.met.get(key, 0) + 1
+            return self.watched[key]
+        return super().get(key, default)
+
+
 def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
     """`SampleMetadata.make_batch`: a deep copy of `inputs` whose tensors are batched.
 
-    Unlike a deep copy followed by slicing, the tensors that get resized are never copied whole:
-    each is batched from the original and only the result is materialised, so peak memory is about
-    the size of the output.
+    The result equals the reference's (a deep copy, then every locator set to its batched tensor),
+    but a tensor that gets resized is not copied whole first: it is batched from the original and
+    only the result is materialised, so peak memory is about the size of the output. That shortcut
+    is taken only when every place the deep copy meets such a tensor is one of the locators being
+    replaced; otherwise (a tensor also referenced elsewhere, a non-leaf tensor that deep copy
+    rejects) the reference's own procedure runs.
     """
     import torch
 
-    located = []
-    memo: dict[int, Any] = {}
-    for locator, spec in metadata.tensor_data:
+    pairs = list(metadata.tensor_data)
+    batched_of: list[Any] = []
+    watched: dict[int, Any] = {}
+    replaced: dict[int, int] = {}
+    shortcut = True
+    for locator, spec in pairs:
         tensor = locator.get_value(inputs)
-        if not spec.get_batch_axis_multipliers():
-            located.append((locator, None))
-            continue
-        result, aliases = _batch(tensor, spec, batch_size)
-        if result is tensor:
-            located.append((locator, None))  # unchanged: the deep copy below copies it like any leaf
-            continue
-        if aliases:
-            result = result.clone()
-        if isinstance(tensor, torch.Tensor):
-            memo[id(tensor)] = result  # the deep copy takes the batched tensor instead of copying this one
-        located.append((locator, result))
-    batched = copy.deepcopy(inputs, memo)
-    for locator, result in located:
-        if result is not None:
-            batched = locator.set_value(batched, result)
-    return batched
+        result = None
+        if isinstance(tensor, torch.Tensor) and spec.get_batch_axis_multipliers():
+            with torch.no_grad():  # the result must not hang on the input's autograd graph
+                candidate, aliases = _batch(tensor, spec, batch_size)
+            if candidate is not tensor:
+                if not tensor.is_leaf:
+                    shortcut = False
+                result = candidate.clone() if aliases else candidate
+                if tensor.requires_grad:
+                    result.requires_grad_(True)
+                watched[id(tensor)] = tensor  # stands in until the locator is set below
+                replaced[id(tensor)] = replaced.get(id(tensor), 0) + 1
+        batched_of.append(result)
+    if shortcut and watched:
+        memo = _CountingMemo(watched)
+        out = copy.deepcopy(inputs, memo)
+        if memo.met != replaced:
+            shortcut = False  # a resized tensor is also held somewhere no locator replaces
+    else:
+        shortcut = False
+    if not shortcut:
+        out = copy.deepcopy(inputs)
+        batched_of = [None] * len(pairs)
+    for (locator, spec), result in zip(pairs, batched_of):
+        if result is None:
+            result = batch_tensor(locator.get_value(out), spec, batch_size)
+        out = locator.set_value(out, result)
+    return out
 
 
 def update_max_batch_size(metadata: SampleMetadata, inputs: dict[str, Any], max_batch_size: int) -> None:
