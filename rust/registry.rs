@@ -113,9 +113,12 @@ pub fn unignore_type(cls: &Bound<'_, PyType>) {
     drop(old);
 }
 
+/// A registry generation and the classifications cached under it.
+type LocalCache = (u64, Vec<(usize, Arc<TypeInfo>)>);
+
 thread_local! {
     /// This thread's copy of recent classifications, valid for one registry generation.
-    static LOCAL: std::cell::RefCell<(u64, Vec<(usize, Arc<TypeInfo>)>)> = const { std::cell::RefCell::new((u64::MAX, Vec::new())) };
+    static LOCAL: std::cell::RefCell<LocalCache> = const { std::cell::RefCell::new((u64::MAX, Vec::new())) };
 }
 
 /// Classify `ty`: from this thread's cache, else the shared cache, else by asking Python once.
