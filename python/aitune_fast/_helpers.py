@@ -152,7 +152,7 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     if not shortcut:
         out = copy.deepcopy(inputs)
         batched_of = [None] * len(pairs)
-    for (locator, spec), result in zip(pairs, batched_of):
+    for (locator, spec), result in zip(pairs, batched_of, strict=True):
         if result is None:
             result = batch_tensor(locator.get_value(out), spec, batch_size)
         out = locator.set_value(out, result)

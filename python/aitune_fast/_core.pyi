@@ -1,0 +1,168 @@
+"""Type stubs for the Rust extension `aitune_fast._core`.
+
+The public modules (`aitune_fast.sample_metadata`, `.locator`, `.tensor_spec`,
+`.exact_sample_metadata`) re-export these classes; import them from there.
+"""
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
+
+import torch
+
+from aitune_fast._enums import InfoLevel, ObjectType
+
+MAX_DEPTH: int
+"""The deepest nesting a walk accepts; deeper arguments raise ValueError."""
+
+HAS_TORCH_SHIM: bool
+"""Whether the C++ shim that reads tensor sizes without Python calls was compiled in."""
+
+Accessor = int | str | Any
+
+class Locator:
+    """A path to one leaf of a nested argument: ``((accessor, ObjectType), ...)`` steps.
+
+    Equal (and hashing alike) when the steps are equal; `is_output` only changes `display_path`.
+    Immutable.
+    """
+
+    def __init__(self, access_path: Iterable[tuple[Accessor, ObjectType | int]], is_output: bool = False) -> None: ...
+    @property
+    def depth(self) -> int:
+        """Number of steps."""
+    @property
+    def leaf_name(self) -> Accessor:
+        """The last step's accessor (IndexError for the empty path)."""
+    @property
+    def root_name(self) -> Accessor:
+        """The first step's accessor, or ``""`` for the empty path."""
+    @property
+    def path(self) -> Accessor | tuple[Accessor, ...]:
+        """The accessors without container types; a one-step path is returned bare."""
+    @property
+    def display_path(self) -> str:
+        """The path as Python code: ``x``, ``kwargs["k"][0]``, ``cache.layers[3].keys``, ``output[1]``."""
+    def accessor_at(self, index: int) -> Accessor:
+        """The accessor of step `index` (negative counts from the end)."""
+    def path_iter(self) -> Iterator[tuple[Accessor, ObjectType]]:
+        """The `(accessor, ObjectType)` steps."""
+    def get_value(self, obj: Any) -> Any:
+        """The value at this path inside `obj` (KeyError/IndexError/AttributeError saying which step failed)."""
+    def set_value(self, obj: Any, value: Any) -> Any:
+        """Put `value` at this path inside `obj`; tuples on the way are rebuilt. Returns the new root."""
+    @staticmethod
+    def find_leaves(obj: Any, only_tensors: bool = False, is_output: bool = False) -> Iterator[tuple[Locator, Any]]:
+        """Walk `obj` (dicts, UserDicts, lists, tuples, dataclasses, registered user types) and
+        yield `(Locator, leaf)` pairs. Raises ValueError on a cyclic argument."""
+    @staticmethod
+    def register_user_type(cls: type, only_tensors: bool = False) -> None:
+        """Walk instances of `cls` over their public data attributes (class and instance).
+        With `only_tensors`, only tensors are collected inside them."""
+    @staticmethod
+    def unregister_user_type(cls: type) -> None: ...
+    @staticmethod
+    def ignore_type(cls: type) -> None:
+        """Neither walk nor report instances of exactly `cls`."""
+    @staticmethod
+    def unignore_type(cls: type) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class TensorSpec:
+    """Shape, dtype and learned axes of one tensor. The fields are plain lists: changing them
+    changes what the spec (and any metadata holding it) reports. Equal when the ranks are equal."""
+
+    shape: list[int | str]
+    min_shape: list[int]
+    max_shape: list[int]
+    dtype: torch.dtype | None
+    _bs_multipliers: list[float]
+    def __init__(
+        self,
+        shape: list[int | str],
+        min_shape: list[int],
+        max_shape: list[int],
+        dtype: torch.dtype | None,
+        _bs_multipliers: list[float],
+    ) -> None: ...
+    @staticmethod
+    def from_tensor(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
+        """The spec of `tensor`; multipliers are sizes divided by `batch_size` (NaN when unknown)."""
+    def describe(self, info_level: InfoLevel = ...) -> str: ...
+    def update_shapes_seen(self, other: TensorSpec) -> None:
+        """Learn from another sample: changed axes become ``batchN`` (same integer multiplier of
+        the batch size) or ``dimN``. ValueError when the ranks differ."""
+    def get_batch_axis_multipliers(self) -> dict[int, int]: ...
+    def get_max_batch_size(self) -> int: ...
+    def get_min_batch_size(self) -> int | None: ...
+    def has_batch_axis(self) -> bool: ...
+    def has_dynamic_axis(self) -> bool: ...
+    def matches(self, other: TensorSpec) -> bool:
+        """Same rank and equal sizes wherever both hold a concrete size."""
+    def to_dict(self) -> dict[str, Any]: ...
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> TensorSpec:
+        """Inverse of `to_dict` (removes the ``"type"`` key from `data`, like the reference)."""
+    @staticmethod
+    def is_int(value: float) -> bool: ...
+
+class SampleMetadata:
+    """The description of a call's inputs or outputs that selects a compiled backend.
+
+    Tensors are recorded by locator and spec; in strict mode other leaves by value. Equality (and
+    hash) compare locators, tensor ranks and other values, ignoring dict key order; an LLM phase
+    detected from ``cache_position`` replaces all of that. Build with `from_inputs`/`from_outputs`.
+    """
+
+    def __init__(
+        self,
+        tensor_data: Iterable[tuple[Locator, TensorSpec]],
+        other_data: Iterable[tuple[Locator, Any]],
+        strict: bool = False,
+        llm_phase: Literal["prefill", "decode"] | None = None,
+    ) -> None: ...
+    @staticmethod
+    def from_inputs(inputs: dict[str, Any], strict: bool = False, batch_size: int | None = None) -> SampleMetadata:
+        """Describe forward inputs keyed by parameter name; `batch_size` defaults to global_context's."""
+    @staticmethod
+    def from_outputs(output: Any, strict: bool = False, batch_size: int | None = None) -> SampleMetadata: ...
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> SampleMetadata:
+        """Inverse of `to_dict`; also reads dicts written by the reference, without running pickle."""
+    def to_dict(self) -> dict[str, Any]:
+        """The reference's keys with aitune_fast's versioned, pickle-free encoding."""
+    def to_json_dict(self) -> dict[str, Any]:
+        """A dict for `json.dumps`, identical to the reference's."""
+    def to_json(self) -> str:
+        """JSON text: `to_json_dict()`'s content plus what `from_json` needs for an exact round trip."""
+    @staticmethod
+    def from_json(text: str) -> SampleMetadata: ...
+    def describe(self, info_level: InfoLevel = ...) -> str: ...
+    def detected_dynamic_axis(self) -> bool: ...
+    def has_batch_axis(self) -> bool: ...
+    def update_shapes_seen(self, other: SampleMetadata) -> None:
+        """Learn dynamic and batch axes from a later sample; ValueError when the tensors differ."""
+    def make_batch(self, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
+        """A copy of `inputs` with tensors sliced/repeated along batch axes; the input is untouched
+        and the result shares no memory with it."""
+    def update_max_batch_size(self, inputs: dict[str, Any], max_batch_size: int) -> None: ...
+    @property
+    def llm_phase(self) -> Literal["prefill", "decode", ""]: ...
+    @property
+    def strict(self) -> bool: ...
+    @property
+    def tensor_data(self) -> tuple[tuple[Locator, TensorSpec], ...]:
+        """The tensors' locators and specs; the specs are live (see TensorSpec)."""
+    @property
+    def other_data(self) -> tuple[tuple[Locator, Any], ...]: ...
+    @property
+    def tensor_specs(self) -> list[TensorSpec]: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class ExactSampleMetadata(SampleMetadata):
+    """Equal only with the same locators, exact shapes and other values; never equal to a plain
+    SampleMetadata. For bucketing recorded samples."""
+
+    @staticmethod
+    def from_inputs(inputs: dict[str, Any]) -> ExactSampleMetadata: ...  # type: ignore[override]
