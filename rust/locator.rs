@@ -821,3 +821,44 @@ pub fn set_value<'py>(
     }
     unreachable!("the loop returns at the root")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int_hashes_match_cpython() {
+        // values printed by CPython's hash()
+        assert_eq!(py_int_hash(0), 0);
+        assert_eq!(py_int_hash(5), 5);
+        assert_eq!(py_int_hash(-1), -2);
+        assert_eq!(py_int_hash(-5), -5);
+        assert_eq!(py_int_hash((1 << 61) - 1), 0);
+        assert_eq!(py_int_hash(1 << 61), 1);
+        assert_eq!(py_int_hash(i64::MIN), -4);
+    }
+
+    #[test]
+    fn path_hashes_depend_on_order_and_kind() {
+        let a = mix(mix(ROOT_HASH, 1), 2);
+        let b = mix(mix(ROOT_HASH, 2), 1);
+        assert_ne!(a, b);
+        assert_ne!(
+            mix(mix(ROOT_HASH, 7), Kind::Sequence as u64 + 1),
+            mix(mix(ROOT_HASH, 7), Kind::Dict as u64 + 1)
+        );
+    }
+
+    #[test]
+    fn hash_values_never_return_minus_one() {
+        assert_eq!(hash_to_isize(u64::MAX), -2);
+        assert_eq!(hash_to_isize(7), 7);
+    }
+
+    #[test]
+    fn kinds_map_to_object_type_values() {
+        assert_eq!(Kind::from_index(3), Some(Kind::UserType));
+        assert_eq!(Kind::from_index(4), None);
+        assert!(Kind::Dataclass.is_attribute() && !Kind::Dict.is_attribute());
+    }
+}

@@ -695,3 +695,93 @@ impl TensorSpec {
         Ok((slf.get_type().into_any(), args))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(shape: &[i64], bs: f64) -> Spec {
+        Spec::fresh(shape, 0, bs)
+    }
+
+    #[test]
+    fn symbolic_names_parse_only_in_canonical_form() {
+        assert_eq!(Dim::parse("batch0"), Dim::Batch(0));
+        assert_eq!(Dim::parse("dim12"), Dim::Dyn(12));
+        assert_eq!(Dim::parse("batch01"), Dim::Str("batch01".into()));
+        assert_eq!(Dim::parse("batch"), Dim::Str("batch".into()));
+        assert_eq!(Dim::parse("dimension"), Dim::Str("dimension".into()));
+        for text in ["batch0", "dim12", "batch01", "x", ""] {
+            let mut out = String::new();
+            Dim::parse(text).write(&mut out);
+            assert_eq!(out, text, "a parsed name writes back unchanged");
+        }
+    }
+
+    #[test]
+    fn batch_and_dynamic_axes_follow_the_prefix_like_the_reference() {
+        assert!(Dim::Batch(3).is_batch() && Dim::Str("batchX".into()).is_batch());
+        assert!(Dim::Dyn(1).is_dynamic() && Dim::Str("dimension".into()).is_dynamic());
+        assert!(!Dim::Int(4).is_batch() && !Dim::Int(4).is_dynamic());
+    }
+
+    #[test]
+    fn fresh_specs_divide_sizes_by_the_batch_size() {
+        let s = spec(&[4, 6], 2.0);
+        assert_eq!(s.mult, vec![2.0, 3.0]);
+        assert_eq!((s.min.clone(), s.max.clone()), (vec![4, 6], vec![4, 6]));
+        assert!(spec(&[4], f64::NAN).mult[0].is_nan());
+    }
+
+    #[test]
+    fn merging_marks_equal_integer_multipliers_as_batch_axes_and_the_rest_dynamic() {
+        // the reference's docstring example: [1, 2, 3, 4] at bs=1, then [2, 8, 6, 4] at bs=2
+        let mut a = spec(&[1, 2, 3, 4], 1.0);
+        let b = spec(&[2, 8, 6, 4], 2.0);
+        assert!(a.merge(&b).unwrap());
+        assert_eq!(
+            a.shape,
+            vec![Dim::Batch(0), Dim::Dyn(1), Dim::Batch(2), Dim::Int(4)]
+        );
+        assert_eq!(a.min, vec![1, 2, 3, 4]);
+        assert_eq!(a.max, vec![2, 8, 6, 4]);
+        assert!(a.mult[1].is_nan());
+        assert_eq!(a.batch_axes().unwrap(), vec![(0, 1), (2, 3)]);
+    }
+
+    #[test]
+    fn merging_equal_shapes_changes_nothing_and_unknown_batch_sizes_give_dynamic_axes() {
+        let mut a = spec(&[2, 3], 2.0);
+        assert!(!a.merge(&spec(&[2, 3], 2.0)).unwrap());
+        assert_eq!(a, spec(&[2, 3], 2.0));
+        let mut c = spec(&[2, 3], f64::NAN);
+        c.merge(&spec(&[4, 3], f64::NAN)).unwrap();
+        assert_eq!(c.shape, vec![Dim::Dyn(0), Dim::Int(3)]);
+    }
+
+    #[test]
+    fn merging_rejects_a_different_rank() {
+        let mut a = spec(&[2, 3], 1.0);
+        assert!(a.merge(&spec(&[2], 1.0)).is_err());
+    }
+
+    #[test]
+    fn is_int_checks_the_value_and_rejects_nan() {
+        assert!(is_int(3.0).unwrap());
+        assert!(!is_int(2.5).unwrap());
+        assert!(!is_int(f64::NAN).unwrap());
+        assert!(
+            is_int(f64::INFINITY).is_err(),
+            "int(inf) raises OverflowError in Python"
+        );
+    }
+
+    #[test]
+    fn describe_matches_the_reference_layout() {
+        let mut s = spec(&[2, 3], 1.0);
+        s.shape[0] = Dim::Batch(0);
+        let mut out = String::new();
+        s.describe(0, &mut out);
+        assert_eq!(out, "shape=[batch0, 3]");
+    }
+}
