@@ -22,13 +22,17 @@ def load_reference() -> SimpleNamespace:
 
     Raises ImportError with instructions when ``aitune`` is not installed.
     """
-    spec = importlib.util.find_spec("aitune")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "the reference implementation is not installed: run "
-            "`pip install --no-deps aitune==0.6.0 tabulate nvtx` (scripts/setup.sh does this)"
-        )
-    root = list(spec.submodule_search_locations)[0]
+    loaded = sys.modules.get("aitune")
+    if loaded is not None and getattr(loaded, "__path__", None):
+        root = list(loaded.__path__)[0]  # a stub from an earlier call, or the real package
+    else:
+        spec = importlib.util.find_spec("aitune")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(
+                "the reference implementation is not installed: run "
+                "`pip install --no-deps aitune==0.6.0 tabulate nvtx` (scripts/setup.sh does this)"
+            )
+        root = list(spec.submodule_search_locations)[0]
     for name in _PACKAGES:
         module = sys.modules.get(name)
         if module is None or getattr(module, "__file__", None) is not None:
