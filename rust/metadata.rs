@@ -244,6 +244,37 @@ impl Index {
     }
 }
 
+/// The common case of comparing two walked metadata: the same tensor paths in the same order.
+/// `Some(equal_ranks)` when the paths line up one to one, `None` when they do not (the caller
+/// then compares them as dicts).
+fn aligned_tensors(py: Python<'_>, x: &Compact, y: &Compact) -> PyResult<Option<bool>> {
+    if x.items.len() != y.items.len() {
+        return Ok(None);
+    }
+    let (nx, ny) = (&x.arena.nodes, &y.arena.nodes);
+    let mut last_parents = (u32::MAX, u32::MAX);
+    let mut ranks_equal = true;
+    for (a, b) in x.items.iter().zip(&y.items) {
+        let (p, q) = (&nx[a.node as usize], &ny[b.node as usize]);
+        if p.hash != q.hash {
+            return Ok(None);
+        }
+        let same_path = if a.node != ROOT && (p.parent, q.parent) == last_parents {
+            p.kind == q.kind && p.acc.eq(py, &q.acc)?
+        } else {
+            path_eq(py, &x.arena, a.node, &y.arena, b.node)?
+        };
+        if !same_path {
+            return Ok(None);
+        }
+        if a.node != ROOT {
+            last_parents = (p.parent, q.parent);
+        }
+        ranks_equal &= a.rank == b.rank;
+    }
+    Ok(Some(ranks_equal))
+}
+
 /// Compare two sets of `(path, value)` entries with dict semantics. `same(i, j)` compares values.
 fn dict_eq<'a, 'b>(
     py: Python<'_>,
@@ -615,6 +646,25 @@ impl SampleMetadata {
         Ok(tuple)
     }
 
+    /// `update_shapes_seen` once the tensors are known to line up one to one.
+    fn merge_aligned(slf: &Bound<'_, Self>, other: &Bound<'_, SampleMetadata>) -> PyResult<()> {
+        let them = other.borrow();
+        let mut me = slf.borrow_mut();
+        let (Data::Compact(c), Data::Compact(d)) = (&mut me.data, &them.data) else {
+            unreachable!("aligned_tensors only accepts compact metadata")
+        };
+        for i in 0..c.items.len() {
+            if c.learned(i).is_none() && d.learned(i).is_none() && c.dims_of(i) == d.dims_of(i) {
+                continue; // same sizes: nothing to learn
+            }
+            let mut s = c.spec(i).into_owned();
+            if s.merge(&d.spec(i))? {
+                c.set_learned(i, s);
+            }
+        }
+        Ok(())
+    }
+
     pub fn equal(&self, py: Python<'_>, other: &SampleMetadata, exact: bool) -> PyResult<bool> {
         if !exact {
             if let Some(p) = &self.llm_phase {
@@ -626,29 +676,38 @@ impl SampleMetadata {
         }
         let (a, b) = (self.view(py)?, other.view(py)?);
         let unique = a.unique() && b.unique();
+        let mut tensors_checked = false;
+        if let (false, View::C(x), View::C(y)) = (exact, &a, &b) {
+            match aligned_tensors(py, x, y)? {
+                Some(false) => return Ok(false),
+                Some(true) => tensors_checked = true,
+                None => {}
+            }
+        }
         let la = |i: usize| a.tensor_loc(i);
         let lb = |i: usize| b.tensor_loc(i);
-        let tensors_equal = if exact {
-            dict_eq(
-                py,
-                a.n_tensors(),
-                &la,
-                b.n_tensors(),
-                &lb,
-                unique,
-                &mut |i, j| Ok(a.spec(i).shape == b.spec(j).shape),
-            )?
-        } else {
-            dict_eq(
-                py,
-                a.n_tensors(),
-                &la,
-                b.n_tensors(),
-                &lb,
-                unique,
-                &mut |i, j| Ok(a.rank(i) == b.rank(j)),
-            )?
-        };
+        let tensors_equal = tensors_checked
+            || if exact {
+                dict_eq(
+                    py,
+                    a.n_tensors(),
+                    &la,
+                    b.n_tensors(),
+                    &lb,
+                    unique,
+                    &mut |i, j| Ok(a.spec(i).shape == b.spec(j).shape),
+                )?
+            } else {
+                dict_eq(
+                    py,
+                    a.n_tensors(),
+                    &la,
+                    b.n_tensors(),
+                    &lb,
+                    unique,
+                    &mut |i, j| Ok(a.rank(i) == b.rank(j)),
+                )?
+            };
         if !tensors_equal {
             return Ok(false);
         }
@@ -1157,6 +1216,18 @@ impl SampleMetadata {
             let me = slf.borrow();
             let them = other.borrow();
             let (a, b) = (me.view(py)?, them.view(py)?);
+            let aligned = match (&a, &b) {
+                (View::C(x), View::C(y)) => aligned_tensors(py, x, y)?,
+                _ => None,
+            };
+            if let Some(ranks_equal) = aligned {
+                drop((a, b));
+                drop((me, them));
+                if !ranks_equal {
+                    return Err(mismatch()?);
+                }
+                return Self::merge_aligned(slf, other);
+            }
             let unique = a.unique() && b.unique();
             let la = |i: usize| a.tensor_loc(i);
             let lb = |i: usize| b.tensor_loc(i);
