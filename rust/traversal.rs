@@ -38,7 +38,14 @@ enum Source<'py> {
     Dict(Bound<'py, PyDict>, ffi::Py_ssize_t, ffi::Py_ssize_t),
     Seq(Bound<'py, PyIterator>, i64),
     Items(Bound<'py, PyIterator>),
-    Fields(Bound<'py, PyAny>, FieldList, usize, Kind),
+    /// attribute fields; with the instance dict and which fields may be read from it directly
+    Fields(
+        Bound<'py, PyAny>,
+        FieldList,
+        usize,
+        Kind,
+        Option<(Bound<'py, PyDict>, Arc<[bool]>)>,
+    ),
 }
 
 enum FieldList {
@@ -115,12 +122,19 @@ impl<'py> Source<'py> {
                     Ok(Some((Accessor::from_py(&k), v, Kind::Dict)))
                 }
             },
-            Source::Fields(obj, fields, i, kind) => match fields.get(*i) {
+            Source::Fields(obj, fields, i, kind, direct) => match fields.get(*i) {
                 None => Ok(None),
                 Some(name) => {
-                    *i += 1;
                     let name = name.bind(py);
-                    let v = obj.getattr(name)?;
+                    let from_dict = match direct {
+                        Some((dict, ok)) if ok[*i] => dict.get_item(name)?,
+                        _ => None,
+                    };
+                    *i += 1;
+                    let v = match from_dict {
+                        Some(v) => v,
+                        None => obj.getattr(name)?,
+                    };
                     Ok(Some((Accessor::Str(name.clone().unbind()), v, *kind)))
                 }
             },
@@ -134,6 +148,50 @@ struct InstanceFields {
     /// held (not just their addresses) so that no other string can take their place
     keys: Vec<Py<PyAny>>,
     fields: Option<Arc<[Py<PyString>]>>,
+    direct: Option<Arc<[bool]>>,
+}
+
+/// What to walk in one user-type instance.
+struct UserFields<'py> {
+    /// the merged class and instance names, when the instance adds any
+    own: Option<Arc<[Py<PyString>]>>,
+    /// the instance dict and, per field, whether `getattr` would return its entry unchanged
+    direct: Option<(Bound<'py, PyDict>, Arc<[bool]>)>,
+}
+
+/// Per field: whether `getattr(obj, name)` is just `obj.__dict__[name]`, i.e. the type uses
+/// the generic attribute lookup and no class in its MRO defines `name` (no descriptor can
+/// intervene). `None` when the type customises attribute access.
+fn direct_fields(
+    py: Python<'_>,
+    ty: &Bound<'_, PyType>,
+    dict: &Bound<'_, PyDict>,
+    names: &[Py<PyString>],
+) -> PyResult<Option<Arc<[bool]>>> {
+    // SAFETY: reading a slot of a live type object
+    let generic = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize)
+        == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    if !generic {
+        return Ok(None);
+    }
+    let mro = ty.getattr(pyo3::intern!(py, "__mro__"))?;
+    let class_dicts = mro
+        .try_iter()?
+        .map(|k| k?.getattr(pyo3::intern!(py, "__dict__")))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let name = name.bind(py);
+        let mut ok = dict.contains(name)?;
+        for d in &class_dicts {
+            if !ok {
+                break;
+            }
+            ok = !d.contains(name)?;
+        }
+        out.push(ok);
+    }
+    Ok(Some(out.into()))
 }
 
 /// Per-walk memo of type classifications and user-type fields.
@@ -174,22 +232,28 @@ impl Memo {
 impl Memo {
     /// `instance_fields`, reused while instances of a type keep the same `__dict__` keys (the
     /// same interned name objects, in the same order), as instances built by one `__init__` do.
-    fn instance_fields(
+    fn instance_fields<'py>(
         &mut self,
-        py: Python<'_>,
-        obj: &Bound<'_, PyAny>,
-        ty: &Bound<'_, PyType>,
+        py: Python<'py>,
+        obj: &Bound<'py, PyAny>,
+        ty: &Bound<'py, PyType>,
         class: &ClassFields,
-    ) -> PyResult<Option<Arc<[Py<PyString>]>>> {
+    ) -> PyResult<UserFields<'py>> {
         let dict = match obj.getattr(pyo3::intern!(py, "__dict__")) {
             Ok(d) => d,
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
-                return Ok(None)
+                return Ok(UserFields {
+                    own: None,
+                    direct: None,
+                })
             }
             Err(e) => return Err(e),
         };
         let Ok(d) = dict.downcast_exact::<PyDict>() else {
-            return Ok(instance_fields(py, &dict, class)?.map(Arc::from));
+            return Ok(UserFields {
+                own: instance_fields(py, &dict, class)?.map(Arc::from),
+                direct: None,
+            });
         };
         let tkey = ty.as_ptr() as usize;
         if let Some(hit) = self.instances.iter().find(|e| {
@@ -199,17 +263,29 @@ impl Memo {
                     .zip(&e.keys)
                     .all(|((k, _), m)| k.as_ptr() == m.as_ptr())
         }) {
-            return Ok(hit.fields.clone());
+            return Ok(UserFields {
+                own: hit.fields.clone(),
+                direct: hit.direct.clone().map(|ok| (d.clone(), ok)),
+            });
         }
         let keys: Vec<Py<PyAny>> = d.keys().into_iter().map(|k| k.unbind()).collect();
-        let fields = instance_fields(py, &dict, class)?.map(Arc::from);
+        let fields = instance_fields(py, &dict, class)?.map(Arc::<[Py<PyString>]>::from);
+        let names: &[Py<PyString>] = match &fields {
+            Some(f) => f,
+            None => &class.names,
+        };
+        let direct = direct_fields(py, ty, d, names)?;
         self.instances.retain(|e| e.ty != tkey);
         self.instances.push(InstanceFields {
             ty: tkey,
             keys,
             fields: fields.clone(),
+            direct: direct.clone(),
         });
-        Ok(fields)
+        Ok(UserFields {
+            own: fields,
+            direct: direct.map(|ok| (d.clone(), ok)),
+        })
     }
 }
 
@@ -234,15 +310,17 @@ fn open<'py>(
             FieldList::Shared(info.clone()),
             0,
             Kind::Dataclass,
+            None,
         ),
         Walk::UserType => {
             let ty = obj.get_type();
             let class = memo.class_fields(py, &ty)?;
-            let fields = match memo.instance_fields(py, obj, &ty, &class)? {
+            let found = memo.instance_fields(py, obj, &ty, &class)?;
+            let fields = match found.own {
                 Some(own) => FieldList::Own(own),
                 None => FieldList::Class(class),
             };
-            Source::Fields(obj.clone(), fields, 0, Kind::UserType)
+            Source::Fields(obj.clone(), fields, 0, Kind::UserType, found.direct)
         }
         Walk::Leaf => unreachable!("leaves are not opened"),
     })

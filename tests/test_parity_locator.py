@@ -584,6 +584,41 @@ def test_registered_user_type_walks_public_data_fields_sorted(ref, fast, registr
     ]
 
 
+class Shadowed:
+    """An instance attribute hidden behind a class-level data descriptor of the same name."""
+
+    @property
+    def value(self):
+        return "from the property"
+
+    def __init__(self):
+        self.__dict__["value"] = torch.zeros(1)
+        self.plain = torch.zeros(2)
+
+
+class Intercepting:
+    """Attribute access customised by the class: every lookup goes through __getattribute__."""
+
+    def __init__(self):
+        self.plain = torch.zeros(1)
+
+    def __getattribute__(self, name):
+        if name == "plain":
+            return "intercepted"
+        return object.__getattribute__(self, name)
+
+
+def test_registered_user_type_fields_read_through_descriptors_and_getattribute(ref, fast, registry):
+    registry.register(Shadowed)
+    registry.register(Intercepting)
+    for _ in range(2):  # the second walk meets instances whose layout was seen before
+        obj = {"s": [Shadowed(), Shadowed()], "i": [Intercepting(), Intercepting()]}
+        assert_same_leaves(ref, fast, obj)
+        found = {str(loc): value for loc, value in fast.locator.Locator.find_leaves(obj)}
+        assert found["s[0].value"] == "from the property"
+        assert found["i[1].plain"] == "intercepted"
+
+
 def test_unregistered_user_type_is_a_single_leaf(ref, fast):
     obj = {"r": Rich(torch.zeros(1))}
     snap = assert_same_leaves(ref, fast, obj)
