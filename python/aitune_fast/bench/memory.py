@@ -77,11 +77,11 @@ def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
     return 0
 
 
-def _measure_in_child(call: Callable[[], Any]) -> dict[str, Any]:
+def _measure_in_child(call: Callable[[], Any], warm_up: bool) -> dict[str, Any]:
     gc.disable()
-    # warm-up: a forked child faults in the shared-library code pages it runs (tens of MiB of RSS) afresh
-    del_me = call()
-    del del_me
+    if warm_up:  # a forked child faults in afresh the shared-library code pages it runs (tens of MiB of RSS)
+        del_me = call()
+        del del_me
     gc.collect()
     _malloc_trim()
     result: dict[str, Any] = {"peak_rss_bytes": None, "python_peak_bytes": None, "output_tensor_bytes": None}
@@ -139,10 +139,14 @@ def _in_fork(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": "the measuring child process died without a result"}
 
 
-def peak_memory(call: Callable[[], Any]) -> dict[str, Any]:
-    """Peak memory of one ``call()``: see the module docstring for what each figure means."""
-    result = _in_fork(lambda: _measure_in_child(call))
-    if "error" in result:
+def peak_memory(call: Callable[[], Any], large: bool = False) -> dict[str, Any]:
+    """Peak memory of one ``call()``: see the module docstring for what each figure means.
+
+    ``large``: the call takes tens of seconds and GiBs; skip the warm-up call (the code pages it would
+    keep out of the figure are negligible then) and the ``tracemalloc`` pass (which would take minutes).
+    """
+    result = _in_fork(lambda: _measure_in_child(call, warm_up=not large))
+    if "error" in result or large:
         return result
     result.update(_in_fork(lambda: _python_peak_in_child(call)))
     return result

@@ -13,11 +13,14 @@ def _fmt_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Counts units of work (a calibration, a timed repeat, a set-up...) out of a known total."""
+    """Counts weighted units of work (a calibration, a timed repeat, a set-up...) out of a known total.
 
-    def __init__(self, total: int, stream: TextIO | None = None, enabled: bool = True, width: int = 28) -> None:
-        self.total = max(1, total)
-        self.done = 0
+    The weights estimate each unit's time, so the percentage and the ETA track the clock.
+    """
+
+    def __init__(self, total: float, stream: TextIO | None = None, enabled: bool = True, width: int = 28) -> None:
+        self.total = max(1e-9, float(total))
+        self.done = 0.0
         self.label = ""
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
@@ -31,11 +34,11 @@ class Progress:
         """Name the task now running; off a terminal this prints one progress line."""
         self.label = label
         if self.enabled and not self.tty:
-            self.stream.write(f"[{self._percent():3d}%] {_fmt_duration(self._elapsed())} {label}\n")
+            self.stream.write(f"[{self._percent():3d}%] {_fmt_duration(self._elapsed())}{self._eta()} {label}\n")
             self.stream.flush()
         self._draw(force=True)
 
-    def advance(self, units: int = 1) -> None:
+    def advance(self, units: float = 1.0) -> None:
         self.done = min(self.total, self.done + units)
         self._draw()
 
@@ -54,6 +57,12 @@ class Progress:
     def _elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def _eta(self) -> str:
+        fraction = self.done / self.total
+        if fraction < 0.03 or fraction >= 1:
+            return ""
+        return f" (eta {_fmt_duration(self._elapsed() * (1 - fraction) / fraction)})"
+
     def _percent(self) -> int:
         return int(100 * self.done / self.total)
 
@@ -66,7 +75,7 @@ class Progress:
         self._last_draw = now
         filled = int(self.width * self.done / self.total)
         bar = "#" * filled + "-" * (self.width - filled)
-        line = f"[{bar}] {self._percent():3d}% {_fmt_duration(self._elapsed())} {self.label}"
+        line = f"[{bar}] {self._percent():3d}% {_fmt_duration(self._elapsed())}{self._eta()} {self.label}"
         pad = " " * max(0, self._line_len - len(line))
         self._line_len = len(line)
         self.stream.write("\r" + line + pad)

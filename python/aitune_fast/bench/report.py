@@ -109,6 +109,50 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
     return _render(header, body, right={2, 3, 4, 5}) if body else ""
 
 
+def _md_table(text_table: str) -> str:
+    """The fixed-width table as a Markdown table (columns are separated by two or more spaces)."""
+    import re
+
+    lines = [line for line in text_table.splitlines() if line.strip() and not set(line) <= {"-", " "}]
+    cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
+    width = len(cells[0])
+    cells = [row + [""] * (width - len(row)) for row in cells]
+    out = ["| " + " | ".join(cells[0]) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (width - 2)) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+    return "\n".join(out)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The run as Markdown: a candidate for ``benches/RESULTS.md`` (copy it there to publish)."""
+    meta = report["meta"]
+    parts = [
+        "# Benchmark results",
+        "",
+        f"{meta['aitune_fast']} against the reference (aitune {meta['reference_version']}), "
+        f"`python -m aitune_fast.bench` in {meta['mode']} mode, {meta['date']}"
+        + (f", commit {meta['git_commit']}" if meta.get("git_commit") else "")
+        + ".",
+        "",
+        f"Machine: {meta['platform']}, {meta['processor']}, {meta['cpu_count']} CPUs; {meta['python']}, "
+        f"torch {meta['torch']} ({meta['torch_threads']} intra-op thread(s)).",
+        "",
+        f"Median per call of {meta['repeats']} interleaved repeats (at most 3 on scale_1m), loops of about "
+        f"{meta['target_ms']:g} ms, collector paused except in the `(gc on)` row. Ratios are baseline time / "
+        "aitune_fast time: above 1x, aitune_fast is faster. Method: `benches/README.md`.",
+        "",
+        _md_table(time_table(report["rows"])),
+    ]
+    mem = memory_table(report["rows"])
+    if mem:
+        parts += ["", "## make_batch peak memory", "", "One call, in a forked child; RSS includes tensor storage.", ""]
+        parts.append(_md_table(mem))
+    if report.get("problems"):
+        parts += ["", "## Problems", ""] + [f"- {p}" for p in report["problems"]]
+    if meta.get("stand_in"):
+        parts.insert(2, "**Harness test: the reference stood in for aitune_fast; the ratios mean nothing.**\n")
+    return "\n".join(parts) + "\n"
+
+
 def write_json(path: Path, report: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
