@@ -19,6 +19,9 @@ pub struct Interp {
     pub describe: Py<PyAny>,
     pub make_batch: Py<PyAny>,
     pub update_max_batch_size: Py<PyAny>,
+    pub reference_spec: Py<PyAny>,
+    pub sym_int: Py<PyAny>,
+    pub sym_float: Py<PyAny>,
     pub user_dict: Py<PyType>,
     pub mapping_abc: Py<PyAny>,
     pub prefill: Py<PyString>,
@@ -68,6 +71,9 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
             describe: helpers.getattr("describe")?.unbind(),
             make_batch: helpers.getattr("make_batch")?.unbind(),
             update_max_batch_size: helpers.getattr("update_max_batch_size")?.unbind(),
+            reference_spec: helpers.getattr("reference_spec")?.unbind(),
+            sym_int: torch.getattr("SymInt")?.unbind(),
+            sym_float: torch.getattr("SymFloat")?.unbind(),
             user_dict: py
                 .import("collections")?
                 .getattr("UserDict")?

@@ -59,7 +59,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
                 Bound<'py, crate::tensor_spec::TensorSpec>,
             ) = item?.extract()?;
             let l = loc.get();
-            let s = spec.borrow();
+            let s = spec.try_borrow()?;
             let row = PyDict::new(py);
             row.set_item(
                 "access_path",
@@ -110,7 +110,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         PyString::intern(py, "dtype"),
         PyString::intern(py, "value"),
     ];
-    let mut dtype_texts: Vec<(u16, Bound<'py, PyString>)> = Vec::new();
+    let mut dtype_texts: Vec<(u16, Bound<'py, PyAny>)> = Vec::new();
     let mut cache = crate::locator::DisplayCache::default();
     let mut text = String::new();
     let mut tensor_rows = Vec::with_capacity(c.items.len());
@@ -129,7 +129,12 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         let text = match dtype_texts.iter().find(|(id, _)| *id == s.dtype) {
             Some((_, t)) => t.clone(),
             None => {
-                let t = PyString::new(py, &dtype_str(s.dtype));
+                // a `None` dtype (possible in decoded metadata) stays None, as json_serialize leaves it
+                let t = if crate::tensor_spec::dtype_obj(py, s.dtype).is_none() {
+                    py.None().into_bound(py)
+                } else {
+                    PyString::new(py, &dtype_str(s.dtype)).into_any()
+                };
                 dtype_texts.push((s.dtype, t.clone()));
                 t
             }

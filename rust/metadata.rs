@@ -363,11 +363,20 @@ fn dict_hash<'a>(
 
 /// The reference's `_hash_value`: equal values hash alike, unhashable leaves hash to 0.
 pub fn value_hash(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<u64> {
-    if depth > 10_000 {
-        return Err(PyValueError::new_err(
-            "other data nested too deeply to hash",
-        ));
+    if depth == 0 {
+        return value_hash_inner(py, v, depth);
     }
+    // nested values recurse: count against Python's recursion limit, as the reference does
+    // SAFETY: plain C-API call with the GIL held; paired with Py_LeaveRecursiveCall below
+    if unsafe { pyo3::ffi::Py_EnterRecursiveCall(c" while hashing other data".as_ptr()) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let r = value_hash_inner(py, v, depth);
+    unsafe { pyo3::ffi::Py_LeaveRecursiveCall() };
+    r
+}
+
+fn value_hash_inner(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<u64> {
     let it = interp(py)?;
     if v.is_none()
         || v.is_exact_instance_of::<PyString>()
@@ -418,7 +427,7 @@ fn hash_dims(spec: &Spec) -> u64 {
                 crate::tensor_spec::Dim::Int(v) => py_int_hash(*v) as u64,
                 crate::tensor_spec::Dim::Batch(n) => 0xba7c_0000_0000 + *n as u64,
                 crate::tensor_spec::Dim::Dyn(n) => 0xd1a0_0000_0000 + *n as u64,
-                crate::tensor_spec::Dim::Str(s) => {
+                crate::tensor_spec::Dim::Str(s) | crate::tensor_spec::Dim::Sym(s) => {
                     let mut x: u64 = 0x5157;
                     for b in s.bytes() {
                         x = mix(x, b as u64);
@@ -440,6 +449,8 @@ struct Builder {
     cache_position: Option<Py<PyAny>>,
     scratch: Vec<i64>,
     dtypes: DtypeMemo,
+    /// a tensor with symbolic sizes was met
+    symbolic: bool,
 }
 
 impl Visitor for Builder {
@@ -455,7 +466,7 @@ impl Visitor for Builder {
         if self.check_cache_position && under_cp {
             self.cache_position = Some(value.clone().unbind());
         }
-        if !info.is_tensor && !self.strict {
+        if self.symbolic || (!info.is_tensor && !self.strict) {
             return Ok(());
         }
         let node = match step {
@@ -474,13 +485,17 @@ impl Visitor for Builder {
                     "division by zero",
                 ));
             }
-            let dtype = read_tensor(
+            let Some(dtype) = read_tensor(
                 py,
                 value,
                 info.fast_tensor,
                 &mut self.scratch,
                 &mut self.dtypes,
-            )?;
+            )?
+            else {
+                self.symbolic = true; // `build` starts over with Python specs
+                return Ok(());
+            };
             let dims = std::mem::take(&mut self.scratch);
             self.c.push_tensor(node, &dims, dtype)?;
             self.scratch = dims;
@@ -492,6 +507,13 @@ impl Visitor for Builder {
 }
 
 /// Walk `obj` into a compact metadata.
+/// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
+pub struct Built {
+    pub data: Data,
+    pub cache_position: Option<Py<PyAny>>,
+}
+
+/// Walk `obj` into a compact metadata.
 pub fn build(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
@@ -499,7 +521,7 @@ pub fn build(
     batch_size: f64,
     is_output: bool,
     check_cp: bool,
-) -> PyResult<(Compact, Option<Py<PyAny>>)> {
+) -> PyResult<Built> {
     let mut arena = Arena::with_capacity(16);
     let mut b = Builder {
         c: Compact::new(Arena::new(), is_output),
@@ -508,11 +530,48 @@ pub fn build(
         cache_position: None,
         scratch: Vec::with_capacity(8),
         dtypes: DtypeMemo::default(),
+        symbolic: false,
     };
     b.c.batch_size = batch_size;
     walk(py, obj, false, &mut arena, &mut b)?;
+    if b.symbolic {
+        return Ok(Built {
+            data: build_with_python_specs(py, obj, strict, batch_size, is_output)?,
+            cache_position: b.cache_position,
+        });
+    }
     b.c.arena = Arc::new(arena);
-    Ok((b.c, b.cache_position))
+    Ok(Built {
+        data: Data::Compact(b.c),
+        cache_position: b.cache_position,
+    })
+}
+
+/// The reference's way, for arguments holding traced tensors: `(Locator, TensorSpec)` pairs whose
+/// specs keep the symbolic sizes as they are (never converted, so no guard is added).
+fn build_with_python_specs(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    strict: bool,
+    batch_size: f64,
+    is_output: bool,
+) -> PyResult<Data> {
+    let it = interp(py)?;
+    let mut tensors = Vec::new();
+    let mut others = Vec::new();
+    for pair in crate::traversal::find_leaves(py, obj, false, is_output)?.iter() {
+        let (loc, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
+        if value.is_instance(it.tensor_type.bind(py))? {
+            let spec = it.reference_spec.bind(py).call1((&value, batch_size))?;
+            tensors.push(PyTuple::new(py, [loc, spec])?);
+        } else if strict {
+            others.push(PyTuple::new(py, [loc, value])?);
+        }
+    }
+    Ok(Data::Py {
+        tensors: PyTuple::new(py, tensors)?.into_any().unbind(),
+        others: PyTuple::new(py, others)?.into_any().unbind(),
+    })
 }
 
 /// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
@@ -563,8 +622,12 @@ pub struct SampleMetadata {
 
 impl SampleMetadata {
     pub fn from_compact(c: Compact, strict: bool, llm_phase: Option<Py<PyAny>>) -> SampleMetadata {
+        Self::from_data(Data::Compact(c), strict, llm_phase)
+    }
+
+    pub fn from_data(data: Data, strict: bool, llm_phase: Option<Py<PyAny>>) -> SampleMetadata {
         SampleMetadata {
-            data: Data::Compact(c),
+            data,
             strict,
             llm_phase,
             other_cache: None,
@@ -648,8 +711,8 @@ impl SampleMetadata {
 
     /// `update_shapes_seen` once the tensors are known to line up one to one.
     fn merge_aligned(slf: &Bound<'_, Self>, other: &Bound<'_, SampleMetadata>) -> PyResult<()> {
-        let them = other.borrow();
-        let mut me = slf.borrow_mut();
+        let them = other.try_borrow()?;
+        let mut me = slf.try_borrow_mut()?;
         let (Data::Compact(c), Data::Compact(d)) = (&mut me.data, &them.data) else {
             unreachable!("aligned_tensors only accepts compact metadata")
         };
@@ -831,7 +894,7 @@ fn py_view<'py>(
                 "tensor_data specs must be aitune_fast.TensorSpec: {e}"
             ))
         })?;
-        let spec = s.borrow().to_spec(py)?;
+        let spec = s.try_borrow()?.to_spec(py)?;
         v.tensors.push((l, s, spec));
     }
     for item in others.try_iter()? {
@@ -894,6 +957,34 @@ impl SampleMetadata {
         })
     }
 
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        // only references this object owns alone: the path arena may be shared with Locators
+        match &self.data {
+            Data::Compact(c) => {
+                for (_, v) in &c.others {
+                    visit.call(v)?;
+                }
+            }
+            Data::Py { tensors, others } => {
+                visit.call(tensors)?;
+                visit.call(others)?;
+            }
+        }
+        if let Some(p) = &self.llm_phase {
+            visit.call(p)?;
+        }
+        if let Some(t) = &self.other_cache {
+            visit.call(t)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.data = Data::Compact(Compact::new(Arena::new(), false));
+        self.llm_phase = None;
+        self.other_cache = None;
+    }
+
     /// Describe `inputs` (forward arguments keyed by parameter name). In strict mode non-tensor
     /// leaves are recorded too. `batch_size` defaults to the one in `global_context`.
     #[staticmethod]
@@ -915,12 +1006,15 @@ impl SampleMetadata {
             .bind(py)
             .getattr(pyo3::intern!(py, "enable_transformers_integration"))?
             .is_truthy()?;
-        let (c, cp) = build(py, inputs, strict, bs, false, check_cp)?;
+        let Built {
+            data,
+            cache_position: cp,
+        } = build(py, inputs, strict, bs, false, check_cp)?;
         let phase = match cp {
             Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
             _ => None,
         };
-        Ok(SampleMetadata::from_compact(c, strict, phase))
+        Ok(SampleMetadata::from_data(data, strict, phase))
     }
 
     /// Describe the outputs of a call; locators render as `output...`.
@@ -937,8 +1031,8 @@ impl SampleMetadata {
             None => false,
         };
         let bs = resolve_batch_size(py, batch_size)?;
-        let (c, _) = build(py, output, strict, bs, true, false)?;
-        Ok(SampleMetadata::from_compact(c, strict, None))
+        let Built { data, .. } = build(py, output, strict, bs, true, false)?;
+        Ok(SampleMetadata::from_data(data, strict, None))
     }
 
     fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -950,7 +1044,8 @@ impl SampleMetadata {
         if slf.is(other) {
             return Ok(true);
         }
-        slf.borrow().equal(py, &other.borrow(), false)
+        let them = other.try_borrow()?;
+        slf.try_borrow()?.equal(py, &them, false)
     }
 
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
@@ -962,7 +1057,7 @@ impl SampleMetadata {
     fn __copy__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let (tensors, others, strict, phase) = {
-            let mut me = slf.borrow_mut();
+            let mut me = slf.try_borrow_mut()?;
             let tensors = me.materialize(py)?;
             let others = me.others_tuple(py)?;
             let phase = match &me.llm_phase {
@@ -980,7 +1075,7 @@ impl SampleMetadata {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let mut me = slf.borrow_mut();
+        let mut me = slf.try_borrow_mut()?;
         let others = me.others_tuple(py)?;
         let tensors = match &me.data {
             Data::Py { tensors, .. } => tensors.bind(py).clone(),
@@ -1011,7 +1106,7 @@ impl SampleMetadata {
     }
 
     fn __str__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        slf.borrow().describe_short(slf.py())
+        slf.try_borrow()?.describe_short(slf.py())
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
@@ -1032,7 +1127,7 @@ impl SampleMetadata {
             Some(l) => info_level_index(py, l)?,
         };
         if level == Some(0) {
-            return Ok(PyString::new(py, &slf.borrow().describe_short(py)?).into_any());
+            return Ok(PyString::new(py, &slf.try_borrow()?.describe_short(py)?).into_any());
         }
         let level_obj = match info_level {
             Some(l) => l.clone(),
@@ -1047,7 +1142,7 @@ impl SampleMetadata {
         full: bool,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         let py = slf.py();
-        let me = slf.borrow();
+        let me = slf.try_borrow()?;
         let v = me.view(py)?;
         let tensors = PyList::empty(py);
         for i in 0..v.n_tensors() {
@@ -1056,7 +1151,7 @@ impl SampleMetadata {
             let semantic = l.arena.semantic_path(py, l.node)?.str()?;
             let row = match &v {
                 View::P(p) => {
-                    let s = p.tensors[i].1.borrow();
+                    let s = p.tensors[i].1.try_borrow()?;
                     if full {
                         PyTuple::new(
                             py,
@@ -1213,8 +1308,8 @@ impl SampleMetadata {
             )))
         };
         let merges: Option<Vec<(usize, usize)>> = {
-            let me = slf.borrow();
-            let them = other.borrow();
+            let me = slf.try_borrow()?;
+            let them = other.try_borrow()?;
             let (a, b) = (me.view(py)?, them.view(py)?);
             let aligned = match (&a, &b) {
                 (View::C(x), View::C(y)) => aligned_tensors(py, x, y)?,
@@ -1260,9 +1355,9 @@ impl SampleMetadata {
         let Some(merges): Option<Vec<(usize, usize)>> = merges else {
             return Err(mismatch()?);
         };
-        let them = other.borrow();
+        let them = other.try_borrow()?;
         let b = them.view(py)?;
-        let mut me = slf.borrow_mut();
+        let mut me = slf.try_borrow_mut()?;
         match &mut me.data {
             Data::Compact(c) => {
                 for (i, j) in merges {
@@ -1285,7 +1380,10 @@ impl SampleMetadata {
                     let before = &a.tensors[i].2;
                     let mut after = before.clone();
                     if after.merge(&b.spec(j))? {
-                        a.tensors[i].1.borrow().write_back(py, before, &after)?;
+                        a.tensors[i]
+                            .1
+                            .try_borrow()?
+                            .write_back(py, before, &after)?;
                     }
                 }
             }
@@ -1380,10 +1478,10 @@ impl ExactSampleMetadata {
     /// Describe `inputs` with exact shapes, recording every leaf.
     #[staticmethod]
     fn from_inputs(py: Python<'_>, inputs: &Bound<'_, PyAny>) -> PyResult<Py<ExactSampleMetadata>> {
-        let (c, _) = build(py, inputs, true, f64::NAN, false, false)?;
+        let Built { data, .. } = build(py, inputs, true, f64::NAN, false, false)?;
         Py::new(
             py,
-            PyClassInitializer::from(SampleMetadata::from_compact(c, true, None))
+            PyClassInitializer::from(SampleMetadata::from_data(data, true, None))
                 .add_subclass(ExactSampleMetadata {}),
         )
     }
@@ -1397,12 +1495,12 @@ impl ExactSampleMetadata {
         if slf.as_any().is(other) {
             return Ok(true);
         }
-        let me = slf.as_super().borrow();
-        let them = other.borrow();
+        let me = slf.as_super().try_borrow()?;
+        let them = other.try_borrow()?;
         me.equal(py, &them, true)
     }
 
     fn __hash__(slf: &Bound<'_, Self>) -> PyResult<isize> {
-        slf.as_super().borrow().hash(slf.py(), true)
+        slf.as_super().try_borrow()?.hash(slf.py(), true)
     }
 }

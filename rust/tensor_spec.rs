@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -22,6 +22,8 @@ pub enum Dim {
     Dyn(u32),
     /// any other string
     Str(Box<str>),
+    /// a symbolic size (`torch.SymInt`), by its name; only in specs of traced tensors
+    Sym(Box<str>),
 }
 
 impl Dim {
@@ -66,7 +68,7 @@ impl Dim {
             Dim::Int(v) => write!(out, "{v}").unwrap(),
             Dim::Batch(n) => write!(out, "batch{n}").unwrap(),
             Dim::Dyn(n) => write!(out, "dim{n}").unwrap(),
-            Dim::Str(s) => out.push_str(s),
+            Dim::Str(s) | Dim::Sym(s) => out.push_str(s),
         }
     }
 
@@ -88,12 +90,23 @@ impl Dim {
         if v.is_instance_of::<PyInt>() {
             return Ok(Dim::Int(v.extract()?));
         }
+        if is_symbolic(v)? {
+            // str() names the symbol without specialising it
+            return Ok(Dim::Sym(v.str()?.to_cow()?.into()));
+        }
         Err(PyTypeError::new_err(format!(
             "TensorSpec.shape holds ints and strings, got {} ({})",
             v.repr()?,
             v.get_type().name()?
         )))
     }
+}
+
+/// Whether `v` is a torch.SymInt/SymFloat (a size or multiplier of a traced tensor).
+pub fn is_symbolic(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = v.py();
+    let it = crate::interp::interp(py)?;
+    Ok(v.is_instance(it.sym_int.bind(py))? || v.is_instance(it.sym_float.bind(py))?)
 }
 
 /// A tensor's spec in plain Rust.
@@ -133,12 +146,21 @@ impl Spec {
         self.shape.len()
     }
 
+    pub fn is_symbolic(&self) -> bool {
+        self.shape.iter().any(|d| matches!(d, Dim::Sym(_)))
+    }
+
     /// Learn from another sample of the same tensor: axes whose size changed become `batchN` when
     /// both samples have the same integer multiplier of the batch size, `dimN` otherwise.
     /// Returns whether anything changed.
     pub fn merge(&mut self, other: &Spec) -> PyResult<bool> {
         if self.rank() != other.rank() {
             return Err(PyValueError::new_err("Tensors must have the same rank"));
+        }
+        if self.is_symbolic() || other.is_symbolic() {
+            return Err(PyTypeError::new_err(
+                "update_shapes_seen needs concrete sizes; this spec holds symbolic sizes (torch.SymInt) from a traced tensor",
+            ));
         }
         let mut changed = false;
         for i in 0..self.rank() {
@@ -150,8 +172,8 @@ impl Spec {
             let (lo, hi) = match (lo, hi, self.min.get(i), self.max.get(i)) {
                 (Some(lo), Some(hi), Some(_), Some(_)) => (lo, hi),
                 _ => {
-                    return Err(PyValueError::new_err(
-                        "min_shape and max_shape must be as long as shape",
+                    return Err(PyIndexError::new_err(
+                        "list index out of range: min_shape or max_shape is shorter than shape",
                     ))
                 }
             };
@@ -161,8 +183,8 @@ impl Spec {
             let (a, b) = match (a, b) {
                 (Some(a), Some(b)) => (a, b),
                 _ => {
-                    return Err(PyValueError::new_err(
-                        "_bs_multipliers must be as long as shape",
+                    return Err(PyIndexError::new_err(
+                        "list index out of range: _bs_multipliers is shorter than shape",
                     ))
                 }
             };
@@ -318,7 +340,8 @@ impl DtypeMemo {
 
 // ---- reading tensors ----------------------------------------------------------------------------
 
-/// Append the sizes of `tensor` to `dims` and return its dtype id.
+/// Append the sizes of `tensor` to `dims` and return its dtype id; `None` (with `dims` as it
+/// was) when a size is symbolic (`torch.SymInt`): the caller then keeps the tensor's Python spec.
 ///
 /// `fast`: the tensor is an exact `torch.Tensor`/`nn.Parameter` and the C++ shim may read it.
 pub fn read_tensor(
@@ -327,30 +350,27 @@ pub fn read_tensor(
     fast: bool,
     dims: &mut Vec<i64>,
     memo: &mut DtypeMemo,
-) -> PyResult<u16> {
+) -> PyResult<Option<u16>> {
     if fast {
         if let Some(id) = crate::torch_shim::tensor_meta(tensor, dims)? {
-            return Ok(id);
+            return Ok(Some(id));
         }
     }
+    let start = dims.len();
     let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
     let shape = shape
         .downcast::<PyTuple>()
         .map_err(|_| PyTypeError::new_err("tensor.shape is not a tuple"))?;
     for d in shape.iter_borrowed() {
-        match d.extract::<i64>() {
-            Ok(v) if d.is_instance_of::<PyInt>() => dims.push(v),
-            _ => {
-                return Err(PyTypeError::new_err(format!(
-                    "a tensor has a symbolic or non-integer size {} in shape {}; aitune_fast records concrete shapes only",
-                    d.repr()?,
-                    shape.repr()?
-                )))
-            }
+        // check the type first: converting a torch.SymInt to int would specialise it (add a guard)
+        if !d.is_instance_of::<PyInt>() {
+            dims.truncate(start);
+            return Ok(None);
         }
+        dims.push(d.extract::<i64>()?);
     }
     let dtype = tensor.getattr(pyo3::intern!(py, "dtype"))?;
-    memo.id(&dtype)
+    Ok(Some(memo.id(&dtype)?))
 }
 
 // ---- the Python class ---------------------------------------------------------------------------
@@ -387,6 +407,16 @@ pub fn dim_list<'py>(py: Python<'py>, v: &[Dim]) -> PyResult<Bound<'py, PyList>>
 }
 
 impl TensorSpec {
+    fn clone_ref(&self, py: Python<'_>) -> TensorSpec {
+        TensorSpec {
+            shape: self.shape.clone_ref(py),
+            min_shape: self.min_shape.clone_ref(py),
+            max_shape: self.max_shape.clone_ref(py),
+            dtype: self.dtype.clone_ref(py),
+            bs_multipliers: self.bs_multipliers.clone_ref(py),
+        }
+    }
+
     pub fn from_spec(py: Python<'_>, s: &Spec) -> PyResult<TensorSpec> {
         Ok(TensorSpec {
             shape: dim_list(py, &s.shape)?.into_any().unbind(),
@@ -409,6 +439,12 @@ impl TensorSpec {
             seq(o)?
                 .iter()
                 .map(|v| {
+                    if v.is_instance_of::<PyInt>() {
+                        return v.extract::<i64>();
+                    }
+                    if is_symbolic(v)? {
+                        return Ok(0); // never read: specs with symbolic sizes are not merged
+                    }
                     v.extract::<i64>().map_err(|_| {
                         PyTypeError::new_err(format!("TensorSpec.{what} holds ints, got {v}"))
                     })
@@ -420,6 +456,10 @@ impl TensorSpec {
         let mult = seq(&self.bs_multipliers)?
             .iter()
             .map(|v| {
+                if !v.is_instance_of::<PyFloat>() && !v.is_instance_of::<PyInt>() && is_symbolic(v)?
+                {
+                    return Ok(f64::NAN);
+                }
                 v.extract::<f64>().map_err(|_| {
                     PyTypeError::new_err(format!(
                         "TensorSpec._bs_multipliers holds floats, got {v}"
@@ -438,18 +478,25 @@ impl TensorSpec {
 
     /// Write a merged spec back into the existing lists, item by item, where it changed.
     pub fn write_back(&self, py: Python<'_>, before: &Spec, after: &Spec) -> PyResult<()> {
-        for i in 0..after.rank() {
-            if before.shape[i] != after.shape[i] {
-                self.shape.bind(py).set_item(i, after.shape[i].to_py(py))?;
+        // the lists may be shorter than the shape (a user-built spec): only entries that exist change
+        for (i, (b, a)) in before.shape.iter().zip(&after.shape).enumerate() {
+            if b != a {
+                self.shape.bind(py).set_item(i, a.to_py(py))?;
             }
-            if before.min[i] != after.min[i] {
-                self.min_shape.bind(py).set_item(i, after.min[i])?;
+        }
+        for (i, (b, a)) in before.min.iter().zip(&after.min).enumerate() {
+            if b != a {
+                self.min_shape.bind(py).set_item(i, *a)?;
             }
-            if before.max[i] != after.max[i] {
-                self.max_shape.bind(py).set_item(i, after.max[i])?;
+        }
+        for (i, (b, a)) in before.max.iter().zip(&after.max).enumerate() {
+            if b != a {
+                self.max_shape.bind(py).set_item(i, *a)?;
             }
-            if before.mult[i].to_bits() != after.mult[i].to_bits() {
-                self.bs_multipliers.bind(py).set_item(i, after.mult[i])?;
+        }
+        for (i, (b, a)) in before.mult.iter().zip(&after.mult).enumerate() {
+            if b.to_bits() != a.to_bits() {
+                self.bs_multipliers.bind(py).set_item(i, *a)?;
             }
         }
         Ok(())
@@ -513,7 +560,15 @@ impl TensorSpec {
     #[staticmethod]
     fn from_tensor(py: Python<'_>, tensor: &Bound<'_, PyAny>, batch_size: f64) -> PyResult<Self> {
         let mut dims = Vec::new();
-        let dtype = read_tensor(py, tensor, false, &mut dims, &mut DtypeMemo::default())?;
+        let Some(dtype) = read_tensor(py, tensor, false, &mut dims, &mut DtypeMemo::default())?
+        else {
+            let it = crate::interp::interp(py)?;
+            let spec = it.reference_spec.bind(py).call1((tensor, batch_size))?;
+            return Ok(spec
+                .downcast_into::<TensorSpec>()?
+                .try_borrow()?
+                .clone_ref(py));
+        };
         if batch_size == 0.0 && !dims.is_empty() {
             return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
                 "division by zero",
@@ -548,7 +603,7 @@ impl TensorSpec {
 
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
         match other.downcast::<TensorSpec>() {
-            Ok(o) => Ok(self.rank(py)? == o.borrow().rank(py)?),
+            Ok(o) => Ok(self.rank(py)? == o.try_borrow()?.rank(py)?),
             Err(_) => Ok(false),
         }
     }
@@ -560,7 +615,7 @@ impl TensorSpec {
     /// Learn from `other`, a later sample of the same tensor (see the class docs).
     fn update_shapes_seen(&self, py: Python<'_>, other: &Bound<'_, TensorSpec>) -> PyResult<()> {
         let before = self.to_spec(py)?;
-        let theirs = other.borrow().to_spec(py)?;
+        let theirs = other.try_borrow()?.to_spec(py)?;
         let mut after = before.clone();
         after.merge(&theirs)?;
         self.write_back(py, &before, &after)
@@ -599,7 +654,7 @@ impl TensorSpec {
     /// Same rank, and equal sizes wherever both specs hold a concrete size.
     fn matches(&self, py: Python<'_>, other: &Bound<'_, TensorSpec>) -> PyResult<bool> {
         let a = self.to_spec(py)?;
-        let b = other.borrow().to_spec(py)?;
+        let b = other.try_borrow()?.to_spec(py)?;
         if a.rank() != b.rank() {
             return Ok(false);
         }
@@ -670,6 +725,33 @@ impl TensorSpec {
         })
     }
 
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        for field in [
+            &self.shape,
+            &self.min_shape,
+            &self.max_shape,
+            &self.dtype,
+            &self.bs_multipliers,
+        ] {
+            visit.call(field)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        Python::with_gil(|py| {
+            for field in [
+                &mut self.shape,
+                &mut self.min_shape,
+                &mut self.max_shape,
+                &mut self.dtype,
+                &mut self.bs_multipliers,
+            ] {
+                *field = py.None();
+            }
+        });
+    }
+
     /// Whether `value` is a whole number (by value, not by type); NaN is not.
     #[staticmethod]
     fn is_int(value: f64) -> PyResult<bool> {
@@ -680,7 +762,7 @@ impl TensorSpec {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let me = slf.borrow();
+        let me = slf.try_borrow()?;
         let args = PyTuple::new(
             py,
             [

@@ -6,6 +6,7 @@ The Rust core calls these; they are not part of the public API.
 from __future__ import annotations
 
 import copy
+import math
 import dataclasses
 from datetime import datetime
 from enum import Enum
@@ -165,3 +166,19 @@ def update_max_batch_size(metadata: SampleMetadata, inputs: dict[str, Any], max_
 
     batched = metadata.make_batch(inputs, max_batch_size)
     metadata.update_shapes_seen(_SampleMetadata.from_inputs(batched, strict=True, batch_size=max_batch_size))
+
+
+def reference_spec(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
+    """A tensor's spec built as the reference builds it, for tensors whose sizes are symbolic
+    (`torch.SymInt` under tracing): the sizes are kept as they are, never converted to int,
+    so no guard is added and nothing is specialised."""
+    from aitune_fast._core import TensorSpec as _TensorSpec
+
+    shape = list(tensor.shape)
+    if math.isnan(batch_size):
+        multipliers = [float("nan")] * len(shape)
+    else:
+        multipliers = [size / batch_size for size in shape]
+    return _TensorSpec(
+        shape=shape, min_shape=shape[:], max_shape=shape[:], dtype=tensor.dtype, _bs_multipliers=multipliers
+    )
