@@ -6,8 +6,8 @@ The Rust core calls these; they are not part of the public API.
 from __future__ import annotations
 
 import copy
-import math
 import dataclasses
+import math
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
