@@ -25,6 +25,64 @@ fn serialize<'py>(py: Python<'py>, v: Bound<'py, PyAny>) -> PyResult<Bound<'py, 
     interp(py)?.json_serialize.bind(py).call1((v,))
 }
 
+/// The serialised accessors of the last parent seen, so siblings share the work.
+#[derive(Default)]
+struct PathCache<'py> {
+    parent: Option<u32>,
+    items: Vec<Bound<'py, PyAny>>,
+}
+
+fn serialized_accessor<'py>(
+    py: Python<'py>,
+    arena: &Arena,
+    step: u32,
+) -> PyResult<Bound<'py, PyAny>> {
+    let acc = &arena.node(step).acc;
+    match acc {
+        Accessor::Obj(_) => serialize(py, acc.to_py(py)),
+        _ => Ok(acc.to_py(py)),
+    }
+}
+
+/// `json_serialize(locator.path)` for nodes met in walk order.
+fn semantic_path_cached<'py>(
+    py: Python<'py>,
+    arena: &Arena,
+    node: u32,
+    cache: &mut PathCache<'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let n = arena.node(node);
+    if n.depth < 2 {
+        return semantic_path(py, arena, node);
+    }
+    if cache.parent != Some(n.parent) {
+        cache.items = arena
+            .chain(n.parent)
+            .into_iter()
+            .map(|s| serialized_accessor(py, arena, s))
+            .collect::<PyResult<_>>()?;
+        cache.parent = Some(n.parent);
+    }
+    let leaf = serialized_accessor(py, arena, node)?;
+    let mut items = Vec::with_capacity(cache.items.len() + 1);
+    items.extend(cache.items.iter().cloned());
+    items.push(leaf);
+    Ok(PyList::new(py, items)?.into_any())
+}
+
+/// A dict sized for `n` keys up front.
+fn presized_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyDict>> {
+    // SAFETY: _PyDict_NewPresized returns a new reference or NULL with an exception set
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            pyo3::ffi::_PyDict_NewPresized(n as pyo3::ffi::Py_ssize_t),
+        )
+    }?
+    .downcast_into::<PyDict>()
+    .map_err(Into::into)
+}
+
 fn semantic_path<'py>(py: Python<'py>, arena: &Arena, node: u32) -> PyResult<Bound<'py, PyAny>> {
     let chain = arena.chain(node);
     let one = |s: u32| -> PyResult<Bound<'py, PyAny>> {
@@ -112,17 +170,21 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     ];
     let mut dtype_texts: Vec<(u16, Bound<'py, PyAny>)> = Vec::new();
     let mut cache = crate::locator::DisplayCache::default();
+    let mut paths = PathCache::default();
     let mut text = String::new();
     let mut tensor_rows = Vec::with_capacity(c.items.len());
     for i in 0..c.items.len() {
         let node = c.items[i].node;
         let s = c.spec(i);
-        let row = PyDict::new(py);
+        let row = presized_dict(py, 6)?;
         text.clear();
         c.arena
             .write_display_path_cached(py, node, c.is_output, &mut cache, &mut text)?;
         row.set_item(&keys[0], PyString::new(py, &text))?;
-        row.set_item(&keys[1], semantic_path(py, &c.arena, node)?)?;
+        row.set_item(
+            &keys[1],
+            semantic_path_cached(py, &c.arena, node, &mut paths)?,
+        )?;
         row.set_item(&keys[2], dim_list(py, &s.shape)?)?;
         row.set_item(&keys[3], PyList::new(py, &s.min)?)?;
         row.set_item(&keys[4], PyList::new(py, &s.max)?)?;
@@ -144,12 +206,15 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     }
     let mut other_rows = Vec::with_capacity(c.others.len());
     for (node, value) in &c.others {
-        let row = PyDict::new(py);
+        let row = presized_dict(py, 3)?;
         text.clear();
         c.arena
             .write_display_path_cached(py, *node, c.is_output, &mut cache, &mut text)?;
         row.set_item(&keys[0], PyString::new(py, &text))?;
-        row.set_item(&keys[1], semantic_path(py, &c.arena, *node)?)?;
+        row.set_item(
+            &keys[1],
+            semantic_path_cached(py, &c.arena, *node, &mut paths)?,
+        )?;
         row.set_item(&keys[6], serialize(py, value.bind(py).clone())?)?;
         other_rows.push(row);
     }
