@@ -26,27 +26,40 @@ pub fn write_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Which bytes a JSON string must escape: `"`, `\\` and the control characters.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// Append the escaped characters of `s`, without quotes.
 pub fn write_str_body(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
+    while let Some(off) = bytes[start..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[b as usize])
+    {
+        let i = start + off;
         out.push_str(&s[start..i]);
-        if esc.is_empty() {
-            let _ = write!(out, "\\u{:04x}", b);
-        } else {
-            out.push_str(esc);
+        match bytes[i] {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            b => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
         }
         start = i + 1;
     }
@@ -54,16 +67,26 @@ pub fn write_str_body(out: &mut String, s: &str) {
 }
 
 /// Append a JSON string literal for WTF-8 bytes (UTF-8 that may encode lone surrogates, as
-/// `str.encode("utf-8", "surrogatepass")` produces): surrogates become `\udXXX` escapes.
-pub fn write_wtf8(out: &mut String, bytes: &[u8]) {
+/// `str.encode("utf-8", "surrogatepass")` produces): surrogates become `\udXXX` escapes. Returns
+/// false, having written nothing useful, when a high surrogate is directly followed by a low one:
+/// any JSON reader would join the two escapes into one character, so the text cannot round-trip.
+pub fn write_wtf8(out: &mut String, bytes: &[u8]) -> bool {
     out.push('"');
     let (mut run, mut i) = (0, 0);
+    let mut last_high_end = usize::MAX;
     while i < bytes.len() {
         if bytes[i] == 0xED && i + 2 < bytes.len() && (0xA0..=0xBF).contains(&bytes[i + 1]) {
             write_str_body(out, &String::from_utf8_lossy(&bytes[run..i]));
-            let cp = 0xD000u32 | (((bytes[i + 1] & 0x3F) as u32) << 6) | (bytes[i + 2] & 0x3F) as u32;
+            let cp =
+                0xD000u32 | (((bytes[i + 1] & 0x3F) as u32) << 6) | (bytes[i + 2] & 0x3F) as u32;
+            if (0xDC00..0xE000).contains(&cp) && last_high_end == i {
+                return false;
+            }
             let _ = write!(out, "\\u{:04x}", cp);
             i += 3;
+            if cp < 0xDC00 {
+                last_high_end = i;
+            }
             run = i;
         } else {
             i += 1;
@@ -71,10 +94,69 @@ pub fn write_wtf8(out: &mut String, bytes: &[u8]) {
     }
     write_str_body(out, &String::from_utf8_lossy(&bytes[run..]));
     out.push('"');
+    true
 }
 
 pub fn write_i64(out: &mut String, v: i64) {
-    let _ = write!(out, "{v}");
+    if (0..10).contains(&v) {
+        out.push((b'0' + v as u8) as char);
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = v.unsigned_abs();
+    while n > 0 {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    if v < 0 {
+        out.push('-');
+    }
+    // SAFETY: ASCII digits
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&buf[i..]) });
+}
+
+/// `float.__repr__` of values with at most 4 decimals and 15 significant digits (most batch-size
+/// multipliers), found without the general algorithm: `m / 10^k == v` means the decimal `m e-k`
+/// reads back as `v`, the smallest such `k` gives the shortest digits, and under 15 digits no other
+/// decimal of as many digits reads back alike.
+fn write_simple_f64(out: &mut String, v: f64) -> bool {
+    const POW: [f64; 5] = [1.0, 10.0, 100.0, 1000.0, 10000.0];
+    let a = v.abs();
+    if !(1e-4..1e15).contains(&a) {
+        return false;
+    }
+    for (k, &p) in POW.iter().enumerate() {
+        let m = (a * p).round();
+        if m >= 1e15 {
+            return false;
+        }
+        if m / p == a {
+            let m = m as u64;
+            if v < 0.0 {
+                out.push('-');
+            }
+            let div = p as u64;
+            write_i64(out, (m / div) as i64);
+            out.push('.');
+            if k == 0 {
+                out.push('0');
+            } else {
+                let frac = m % div;
+                let mut digits = [b'0'; 4];
+                let mut f = frac;
+                for j in (0..k).rev() {
+                    digits[j] = b'0' + (f % 10) as u8;
+                    f /= 10;
+                }
+                // SAFETY: ASCII digits
+                out.push_str(unsafe { std::str::from_utf8_unchecked(&digits[..k]) });
+            }
+            return true;
+        }
+    }
+    false
 }
 
 /// Append `v` as `json.dumps` writes a float: `float.__repr__`, or `NaN`, `Infinity`, `-Infinity`.
@@ -89,6 +171,10 @@ pub fn write_f64(out: &mut String, v: f64, scratch: &mut String) {
     }
     if v == 0.0 {
         out.push_str(if v.is_sign_negative() { "-0.0" } else { "0.0" });
+        return;
+    }
+    scratch.clear();
+    if write_simple_f64(out, v) {
         return;
     }
     // the shortest digits that round-trip, as Python's repr chooses them
@@ -138,6 +224,42 @@ pub fn write_f64(out: &mut String, v: f64, scratch: &mut String) {
             out.push_str(&as_str(&digits[d..]));
         }
     }
+}
+
+/// Whether the digits `write_f64` just wrote (still in `scratch`, as `{:e}` of the magnitude) may
+/// differ from Python's: when another string of as many digits reads back as the same float, the
+/// two lie equally near it and Python's dtoa breaks the tie to even where Rust may not. Only strings
+/// of 16 digits or more can be so close together.
+pub fn shortest_is_ambiguous(scratch: &str) -> bool {
+    let Some((mantissa, exp)) = scratch.split_once('e') else {
+        return false;
+    };
+    let digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    if digits.len() < 16 {
+        return false;
+    }
+    let Ok(value) = scratch.parse::<f64>() else {
+        return false;
+    };
+    let last = digits[digits.len() - 1];
+    for alt in [last.wrapping_sub(1), last + 1] {
+        if !(b'1'..=b'9').contains(&alt) {
+            continue;
+        }
+        let mut text = String::with_capacity(scratch.len());
+        text.push(digits[0] as char);
+        text.push('.');
+        for &d in &digits[1..digits.len() - 1] {
+            text.push(d as char);
+        }
+        text.push(alt as char);
+        text.push('e');
+        text.push_str(exp);
+        if text.parse::<f64>() == Ok(value) {
+            return true;
+        }
+    }
+    false
 }
 
 // ---- reading ------------------------------------------------------------------------------------
@@ -209,6 +331,8 @@ pub struct Parser<'a> {
     utf8_checked: bool,
     /// what is being read, for messages
     pub what: &'static str,
+    /// the entry being read (`("tensor_data", 3)`), for messages
+    pub ctx: Option<(&'static str, usize)>,
 }
 
 impl<'a> Parser<'a> {
@@ -219,6 +343,19 @@ impl<'a> Parser<'a> {
             depth: 0,
             utf8_checked,
             what,
+            ctx: None,
+        }
+    }
+
+    /// A parser over the same text, at `pos`, inside `depth` open arrays or objects.
+    pub fn fork_at(&self, pos: usize, depth: usize) -> Parser<'a> {
+        Parser {
+            src: self.src,
+            pos,
+            depth,
+            utf8_checked: self.utf8_checked,
+            what: self.what,
+            ctx: None,
         }
     }
 
@@ -231,8 +368,12 @@ impl<'a> Parser<'a> {
             Some(nl) => pos - nl,
             None => pos + 1,
         };
+        let ctx = match self.ctx {
+            Some((list, i)) => format!("{list}[{i}]: "),
+            None => String::new(),
+        };
         PyValueError::new_err(format!(
-            "{}: {msg} (line {line} column {col}, byte {pos})",
+            "{}: {ctx}{msg} (line {line} column {col}, byte {pos})",
             self.what
         ))
     }
@@ -294,26 +435,42 @@ impl<'a> Parser<'a> {
         self.ws();
         let start = self.pos;
         let s = self.src;
-        if s[start..].starts_with(b"NaN") {
-            self.pos += 3;
-            return Ok(JNum::Float(f64::NAN));
-        }
-        if s[start..].starts_with(b"Infinity") {
-            self.pos += 8;
-            return Ok(JNum::Float(f64::INFINITY));
-        }
-        if s[start..].starts_with(b"-Infinity") {
-            self.pos += 9;
-            return Ok(JNum::Float(f64::NEG_INFINITY));
+        if matches!(s.get(start), Some(b'N' | b'I' | b'-')) {
+            if s[start..].starts_with(b"NaN") {
+                self.pos += 3;
+                return Ok(JNum::Float(f64::NAN));
+            }
+            if s[start..].starts_with(b"Infinity") {
+                self.pos += 8;
+                return Ok(JNum::Float(f64::INFINITY));
+            }
+            if s[start..].starts_with(b"-Infinity") {
+                self.pos += 9;
+                return Ok(JNum::Float(f64::NEG_INFINITY));
+            }
         }
         let mut p = start;
-        if s.get(p) == Some(&b'-') {
+        let neg = s.get(p) == Some(&b'-');
+        if neg {
             p += 1;
         }
+        // the integer part, accumulated as a negative number so that i64::MIN fits
+        let mut acc: i64 = 0;
+        let mut overflow = false;
         match s.get(p) {
             Some(b'0') => p += 1,
             Some(b'1'..=b'9') => {
-                while matches!(s.get(p), Some(b'0'..=b'9')) {
+                while let Some(&c) = s.get(p) {
+                    if !c.is_ascii_digit() {
+                        break;
+                    }
+                    match acc
+                        .checked_mul(10)
+                        .and_then(|v| v.checked_sub((c - b'0') as i64))
+                    {
+                        Some(v) => acc = v,
+                        None => overflow = true,
+                    }
                     p += 1;
                 }
             }
@@ -343,20 +500,24 @@ impl<'a> Parser<'a> {
                 p += 1;
             }
         }
-        // the bytes are ASCII digits and signs: valid UTF-8
-        let text = std::str::from_utf8(&s[start..p]).map_err(|_| self.err("invalid number"))?;
+        // SAFETY: the bytes checked above are ASCII digits, signs, '.', 'e' and 'E'
+        let text = unsafe { std::str::from_utf8_unchecked(&s[start..p]) };
         self.pos = p;
         if is_float {
             let v: f64 = text
                 .parse()
                 .map_err(|_| self.err_at(start, "invalid number"))?;
-            Ok(JNum::Float(v))
-        } else {
-            match text.parse::<i64>() {
-                Ok(v) => Ok(JNum::Int(v)),
-                Err(_) => Ok(JNum::BigInt(text)),
+            return Ok(JNum::Float(v));
+        }
+        if !overflow {
+            if neg {
+                return Ok(JNum::Int(acc));
+            }
+            if let Some(v) = acc.checked_neg() {
+                return Ok(JNum::Int(v));
             }
         }
+        Ok(JNum::BigInt(text))
     }
 
     /// Read a string (the caller has checked that one comes next).
@@ -369,7 +530,11 @@ impl<'a> Parser<'a> {
         let start = self.pos;
         let s = self.src;
         // fast path: no escapes
-        let mut p = start;
+        let mut p = start
+            + s[start..]
+                .iter()
+                .position(|&b| NEEDS_ESCAPE[b as usize])
+                .unwrap_or(s.len() - start);
         while let Some(&b) = s.get(p) {
             match b {
                 b'"' => {
@@ -426,7 +591,9 @@ impl<'a> Parser<'a> {
                             {
                                 let lo = self.hex4(p + 2)?;
                                 if (0xDC00..0xE000).contains(&lo) {
-                                    cp = 0x10000 + (((hi as u32) - 0xD800) << 10) + (lo as u32 - 0xDC00);
+                                    cp = 0x10000
+                                        + (((hi as u32) - 0xD800) << 10)
+                                        + (lo as u32 - 0xDC00);
                                     p += 6;
                                 }
                             }
@@ -485,7 +652,8 @@ impl<'a> Parser<'a> {
             // SAFETY: a slice between ASCII delimiters of text known to be valid UTF-8, or ASCII
             return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
         }
-        std::str::from_utf8(raw).map_err(|e| self.err_at(at + e.valid_up_to(), "invalid UTF-8 in a string"))
+        std::str::from_utf8(raw)
+            .map_err(|e| self.err_at(at + e.valid_up_to(), "invalid UTF-8 in a string"))
     }
 
     fn open(&mut self, c: u8, what: &str) -> PyResult<()> {
@@ -618,7 +786,9 @@ impl<'a> Parser<'a> {
             Tok::Num => match self.number()? {
                 JNum::Int(v) => Ok(v),
                 JNum::BigInt(_) => Err(self.err_at(at, format!("{what}: integer out of range"))),
-                JNum::Float(_) => Err(self.err_at(at, format!("{what}: expected an integer, found a float"))),
+                JNum::Float(_) => {
+                    Err(self.err_at(at, format!("{what}: expected an integer, found a float")))
+                }
             },
             t => Err(self.err(format!("{what}: expected an integer, found {}", t.name()))),
         }
@@ -666,9 +836,42 @@ mod tests {
             (f64::NEG_INFINITY, "-Infinity"),
             (1e100, "1e+100"),
             (12345.678, "12345.678"),
+            (1.5, "1.5"),
+            (-0.25, "-0.25"),
+            (2.0, "2.0"),
+            (0.001, "0.001"),
+            (0.0001, "0.0001"),
+            (0.0003, "0.0003"),
+            (100.0, "100.0"),
+            (999999999999999.0, "999999999999999.0"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1.0005, "1.0005"),
+            (1.00005, "1.00005"),
         ];
         for (v, want) in cases {
             assert_eq!(repr(*v), *want, "{v:e}");
+        }
+    }
+
+    #[test]
+    fn ties_between_shortest_strings_are_flagged() {
+        let mut out = String::new();
+        let mut scratch = String::new();
+        write_f64(&mut out, 562949953421312.2, &mut scratch);
+        assert!(shortest_is_ambiguous(&scratch));
+        for v in [0.1, 1.5, 1.0 / 3.0, 123456789012345678.0] {
+            out.clear();
+            write_f64(&mut out, v, &mut scratch);
+            assert!(!shortest_is_ambiguous(&scratch), "{v}");
+        }
+    }
+
+    #[test]
+    fn ints() {
+        for v in [0, 7, 10, -1, -10, 1234567, i64::MAX, i64::MIN] {
+            let mut out = String::new();
+            write_i64(&mut out, v);
+            assert_eq!(out, v.to_string());
         }
     }
 

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 pub mod encoding;
 pub mod interp;
 pub mod json;
+pub mod json_text;
 pub mod locator;
 pub mod metadata;
 pub mod registry;

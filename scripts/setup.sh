@@ -9,10 +9,10 @@ PY="$VENV/bin/python"
 if [ ! -x "$PY" ]; then
     python3 -m venv "$VENV"
 fi
-STAMP="$VENV/.deps-v1"
+STAMP="$VENV/.deps-v2"
 if [ ! -f "$STAMP" ]; then
     "$PY" -m pip install -q --upgrade pip
-    "$PY" -m pip install -q torch numpy pytest hypothesis optree tabulate nvtx maturin ruff matplotlib
+    "$PY" -m pip install -q torch numpy pytest hypothesis optree tabulate nvtx maturin ruff matplotlib jsonschema
     "$PY" -m pip install -q --no-deps aitune==0.6.0
     touch "$STAMP"
 fi

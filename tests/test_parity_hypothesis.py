@@ -335,7 +335,12 @@ def test_generated_inputs_describe_json_serialise_and_query_alike(ref, fast, des
             continue
         assert md_snap(fast, fast_md) == md_snap(ref, ref_md)
         ref_again = SM(ref).from_dict(ref_md.to_dict())
-        fast_again = SM(fast).from_dict(fast_md.to_dict())
+        fast_dict, fast_exc = guarded(fast_md.to_dict)
+        if fast_exc is not None:
+            # a deliberate difference: no pickle, so leaves outside the plain-data types are refused
+            assert isinstance(fast_exc, TypeError) and "cannot be encoded" in str(fast_exc)
+            continue
+        fast_again = SM(fast).from_dict(fast_dict)
         assert md_snap(fast, fast_again) == md_snap(ref, ref_again) == md_snap(ref, ref_md)
         assert (fast_again == fast_md) == (ref_again == ref_md)
     ref_exact, ref_exc = guarded(lambda: ESM(ref).from_inputs(build(desc)))
