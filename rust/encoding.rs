@@ -1041,6 +1041,19 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
     if matches!(v, View::C(_)) {
         return Ok(());
     }
+    // only specs held as Python objects can carry symbolic sizes (traced tensors)
+    for i in 0..v.n_tensors() {
+        if v.spec(i).is_symbolic() {
+            let l = v.tensor_loc(i);
+            return Err(PyTypeError::new_err(format!(
+                "{what}: tensor_data[{i}] at locator {:?} has symbolic sizes (torch.SymInt); \
+                 only concrete shapes can be encoded",
+                l.arena
+                    .display_path(py, l.node, l.is_output)
+                    .unwrap_or_default()
+            )));
+        }
+    }
     for (list, n) in [("tensor_data", v.n_tensors()), ("other_data", v.n_others())] {
         let loc = |i: usize| {
             if list == "tensor_data" {

@@ -204,3 +204,20 @@ def test_reentrant_use_of_a_metadata_from_a_user_hook_is_not_a_panic(panic_resul
     (RuntimeError), never a PanicException (a BaseException that ``except Exception`` does not catch)."""
     r = panic_results[case]
     assert r[0] == "ok" or (r[2] is True and r[1] != "PanicException"), r
+
+
+def test_symbolic_sizes_are_refused_by_serialization_and_shape_learning_without_specialising():
+    """Specs of traced tensors hold torch.SymInt sizes: encoding them would lose the symbols and merging them
+    would add guards, so to_json/to_dict/update_shapes_seen raise TypeError and the symbols stay symbolic."""
+    import aitune_fast
+    import torch
+    from robust_cases import _symbolic_fake
+
+    ft, env = _symbolic_fake((2, 3), (True, False))
+    guards = len(env.guards)
+    md = aitune_fast.SampleMetadata.from_inputs({"x": ft})
+    other = aitune_fast.SampleMetadata.from_inputs({"x": ft})
+    for call in (md.to_json, md.to_dict, lambda: md.update_shapes_seen(other)):
+        with pytest.raises(TypeError, match="symbolic"):
+            call()
+    assert isinstance(ft.shape[0], torch.SymInt) and len(env.guards) == guards
