@@ -95,6 +95,20 @@ impl Compact {
         Ok(())
     }
 
+    /// New `(Locator, TensorSpec)` pairs for the tensors (Python objects the caller asked for).
+    pub fn tensor_pairs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let mut pairs = Vec::with_capacity(self.items.len());
+        for i in 0..self.items.len() {
+            let loc = Bound::new(
+                py,
+                Locator::new_in(self.arena.clone(), self.items[i].node, self.is_output),
+            )?;
+            let spec = Bound::new(py, TensorSpec::from_spec(py, &self.spec(i))?)?;
+            pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
+        }
+        PyTuple::new(py, pairs)
+    }
+
     pub fn set_learned(&mut self, i: usize, spec: Spec) {
         if self.learned.is_empty() {
             self.learned.resize_with(self.items.len(), || None);
@@ -691,16 +705,7 @@ impl SampleMetadata {
         let Data::Compact(c) = &self.data else {
             unreachable!()
         };
-        let mut pairs = Vec::with_capacity(c.items.len());
-        for i in 0..c.items.len() {
-            let loc = Bound::new(
-                py,
-                Locator::new_in(c.arena.clone(), c.items[i].node, c.is_output),
-            )?;
-            let spec = Bound::new(py, TensorSpec::from_spec(py, &c.spec(i))?)?;
-            pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
-        }
-        let tuple = PyTuple::new(py, pairs)?.into_any();
+        let tuple = c.tensor_pairs(py)?.into_any();
         self.data = Data::Py {
             tensors: tuple.clone().unbind(),
             others,
@@ -1079,18 +1084,7 @@ impl SampleMetadata {
         let others = me.others_tuple(py)?;
         let tensors = match &me.data {
             Data::Py { tensors, .. } => tensors.bind(py).clone(),
-            Data::Compact(c) => {
-                let mut pairs = Vec::with_capacity(c.items.len());
-                for i in 0..c.items.len() {
-                    let loc = Bound::new(
-                        py,
-                        Locator::new_in(c.arena.clone(), c.items[i].node, c.is_output),
-                    )?;
-                    let spec = Bound::new(py, TensorSpec::from_spec(py, &c.spec(i))?)?;
-                    pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
-                }
-                PyTuple::new(py, pairs)?.into_any()
-            }
+            Data::Compact(c) => c.tensor_pairs(py)?.into_any(),
         };
         let phase = match &me.llm_phase {
             Some(p) => p.bind(py).clone(),
