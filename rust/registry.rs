@@ -54,6 +54,27 @@ pub struct ClassFields {
     pub _ty: Py<PyType>,
     pub names: Vec<Py<PyString>>,
     pub set: std::collections::HashSet<String>,
+    /// `obj.__dict__` is the standard instance dict (generic attribute lookup, the usual `__dict__`
+    /// getset descriptor), so it can be read with `PyObject_GenericGetDict`
+    pub std_dict: bool,
+}
+
+/// Whether instances of `ty` expose their dict through the standard machinery.
+fn standard_dict(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<bool> {
+    // SAFETY: reading a slot of a live type object
+    let generic = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize)
+        == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    if !generic {
+        return Ok(false);
+    }
+    let getset = py.import("types")?.getattr("GetSetDescriptorType")?;
+    for k in ty.getattr(pyo3::intern!(py, "__mro__"))?.try_iter()? {
+        let vars = k?.getattr(pyo3::intern!(py, "__dict__"))?;
+        if let Ok(d) = vars.get_item("__dict__") {
+            return Ok(d.is_exact_instance(getset.downcast::<PyType>()?));
+        }
+    }
+    Ok(false)
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -254,6 +275,7 @@ pub fn class_fields(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<Clas
         _ty: ty.clone().unbind(),
         names,
         set,
+        std_dict: standard_dict(py, ty)?,
     });
     with_registry(|r| r.class_fields.entry(key).or_insert(fields).clone());
     Ok(with_registry(|r| r.class_fields.get(&key).cloned()).expect("just inserted"))

@@ -151,6 +151,22 @@ struct InstanceFields {
     direct: Option<Arc<[bool]>>,
 }
 
+/// Whether `dict`'s keys are exactly the objects `keys`, in order (a raw scan: no references taken).
+fn same_keys(dict: &Bound<'_, PyDict>, keys: &[Py<PyAny>]) -> bool {
+    let mut pos: pyo3::ffi::Py_ssize_t = 0;
+    let mut k: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
+    let mut v: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
+    let mut i = 0;
+    // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold; nothing runs in between
+    while unsafe { pyo3::ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) } != 0 {
+        if i >= keys.len() || k != keys[i].as_ptr() {
+            return false;
+        }
+        i += 1;
+    }
+    i == keys.len()
+}
+
 /// What to walk in one user-type instance.
 struct UserFields<'py> {
     /// the merged class and instance names, when the instance adds any
@@ -239,7 +255,18 @@ impl Memo {
         ty: &Bound<'py, PyType>,
         class: &ClassFields,
     ) -> PyResult<UserFields<'py>> {
-        let dict = match obj.getattr(pyo3::intern!(py, "__dict__")) {
+        let dict = if class.std_dict {
+            // SAFETY: new reference or NULL with an exception set; the type has the standard dict
+            unsafe {
+                Bound::from_owned_ptr_or_err(
+                    py,
+                    pyo3::ffi::PyObject_GenericGetDict(obj.as_ptr(), std::ptr::null_mut()),
+                )
+            }
+        } else {
+            obj.getattr(pyo3::intern!(py, "__dict__"))
+        };
+        let dict = match dict {
             Ok(d) => d,
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
                 return Ok(UserFields {
@@ -256,13 +283,11 @@ impl Memo {
             });
         };
         let tkey = ty.as_ptr() as usize;
-        if let Some(hit) = self.instances.iter().find(|e| {
-            e.ty == tkey
-                && e.keys.len() == d.len()
-                && d.iter()
-                    .zip(&e.keys)
-                    .all(|((k, _), m)| k.as_ptr() == m.as_ptr())
-        }) {
+        if let Some(hit) = self
+            .instances
+            .iter()
+            .find(|e| e.ty == tkey && same_keys(d, &e.keys))
+        {
             return Ok(UserFields {
                 own: hit.fields.clone(),
                 direct: hit.direct.clone().map(|ok| (d.clone(), ok)),
