@@ -47,8 +47,12 @@ pub struct Compact {
 
 impl Compact {
     pub fn new(arena: Arena, is_output: bool) -> Compact {
+        Self::new_in(Arc::new(arena), is_output)
+    }
+
+    pub fn new_in(arena: Arc<Arena>, is_output: bool) -> Compact {
         Compact {
-            arena: Arc::new(arena),
+            arena,
             items: Vec::new(),
             dims: Vec::new(),
             batch_size: f64::NAN,
@@ -520,7 +524,19 @@ impl Visitor for Builder {
     }
 }
 
-/// Walk `obj` into a compact metadata.
+thread_local! {
+    /// Node, tensor and size counts of this thread's previous walk.
+    static SIZE_HINT: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([16, 4, 8]) };
+}
+
+/// Stands in for a compact metadata's arena while the walk builds the real one.
+fn placeholder_arena() -> Arc<Arena> {
+    static EMPTY: OnceLock<Arc<Arena>> = OnceLock::new();
+    EMPTY
+        .get_or_init(|| Arc::new(Arena { nodes: Vec::new() }))
+        .clone()
+}
+
 /// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
 pub struct Built {
     pub data: Data,
@@ -536,9 +552,15 @@ pub fn build(
     is_output: bool,
     check_cp: bool,
 ) -> PyResult<Built> {
-    let mut arena = Arena::with_capacity(16);
+    // size the buffers like the previous walk on this thread (callers describe the same kind of
+    // call again and again), up to a bound so one huge structure does not inflate small ones
+    let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
+    let mut arena = Arena::with_capacity(n_nodes);
+    let mut c = Compact::new_in(placeholder_arena(), is_output);
+    c.items.reserve(n_items);
+    c.dims.reserve(n_dims);
     let mut b = Builder {
-        c: Compact::new(Arena::new(), is_output),
+        c,
         strict,
         check_cache_position: check_cp,
         cache_position: None,
@@ -554,6 +576,14 @@ pub fn build(
             cache_position: b.cache_position,
         });
     }
+    const BOUND: usize = 4096;
+    SIZE_HINT.with(|h| {
+        h.set([
+            arena.len().min(BOUND),
+            b.c.items.len().min(BOUND),
+            b.c.dims.len().min(BOUND),
+        ])
+    });
     b.c.arena = Arc::new(arena);
     Ok(Built {
         data: Data::Compact(b.c),
