@@ -46,3 +46,32 @@ def make_batch_peak(which: str, gib: float, batch: int) -> dict:
         "input_untouched": bool(torch.equal(big[:1], torch.ones(1, cols))) and big.shape[0] == rows,
         "shares_input": result.untyped_storage().data_ptr() == big.untyped_storage().data_ptr(),
     }
+
+
+def retained_bytes_per_tensor(which: str, blocks: int) -> float:
+    """RSS growth per tensor while a strict SampleMetadata of `blocks` x 100 tensors is alive (the tensors
+    themselves exist before the first reading)."""
+    import gc
+
+    import torch
+
+    if which == "reference":
+        from aitune_fast._reference import load_reference
+
+        sm = load_reference().sample_metadata.SampleMetadata
+    else:
+        from aitune_fast import SampleMetadata as sm
+
+    inputs = {
+        "blocks": {f"b{i}": [torch.empty(2, j % 5 + 1) for j in range(100)] for i in range(blocks)},
+        "scale": 0.5,
+        "names": [f"n{i}" for i in range(50)],
+    }
+    warm = sm.from_inputs({"x": torch.empty(1), "y": [torch.empty(2)]}, strict=True)
+    hash(warm)
+    gc.collect()
+    before = _rss("VmRSS")
+    md = sm.from_inputs(inputs, strict=True)
+    hash(md)
+    gc.collect()
+    return (_rss("VmRSS") - before) / (blocks * 100)
