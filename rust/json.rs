@@ -2,7 +2,7 @@
 //! for the common cases) and `to_json()` (the same content written straight to a string).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 
 use crate::interp::interp;
 use crate::locator::{Accessor, Arena};
@@ -223,6 +223,5 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     d.set_item("other_data", PyList::new(py, other_rows)?)?;
     d.set_item("strict", md.strict)?;
     d.set_item("llm_phase", serialize(py, phase)?)?;
-    let _ = PyTuple::empty(py);
     Ok(d)
 }

@@ -681,7 +681,7 @@ impl TensorSpec {
 
     /// Build a spec from `to_dict()` output. Like the reference, removes the `"type"` key from `data`.
     #[staticmethod]
-    fn from_dict(py: Python<'_>, data: &Bound<'_, PyDict>) -> PyResult<Self> {
+    fn from_dict(data: &Bound<'_, PyDict>) -> PyResult<Self> {
         let ok = match data.get_item("type")? {
             Some(t) => t
                 .extract::<String>()
@@ -715,7 +715,6 @@ impl TensorSpec {
                 )));
             }
         }
-        let _ = py;
         Ok(TensorSpec {
             shape: get("shape")?,
             min_shape: get("min_shape")?,
