@@ -2275,6 +2275,23 @@ fn read_dtypes(p: &mut Parser<'_>, b: &mut Build<'_>, part: &mut Part) -> PyResu
     Ok(())
 }
 
+/// Open a row and read its first entry, the path index: `(row start, array state, node)`.
+fn row_path(p: &mut Parser<'_>, part: &Part, shape_msg: &str) -> PyResult<(usize, bool, u32)> {
+    let rat = p.pos;
+    p.arr_begin()?;
+    let mut f = true;
+    if !p.arr_next(&mut f)? {
+        return Err(p.err_at(rat, shape_msg));
+    }
+    let path = read_index(p, "path", part.paths.len() + 1)?;
+    let node = if path == 0 {
+        ROOT
+    } else {
+        part.paths[path - 1]
+    };
+    Ok((rat, f, node))
+}
+
 fn read_index(p: &mut Parser<'_>, what: &str, len: usize) -> PyResult<usize> {
     let at = p.pos;
     let i = p.int(what)?;
@@ -2305,18 +2322,7 @@ fn read_tensor_rows<'py>(
                      bs_multipliers], then is_output where it differs";
     while p.arr_next(&mut first)? {
         p.ctx = Some(("tensors", i));
-        let rat = p.pos;
-        p.arr_begin()?;
-        let mut f = true;
-        if !p.arr_next(&mut f)? {
-            return Err(p.err_at(rat, shape_msg));
-        }
-        let path = read_index(p, "path", part.paths.len() + 1)?;
-        let node = if path == 0 {
-            ROOT
-        } else {
-            part.paths[path - 1]
-        };
+        let (rat, mut f, node) = row_path(p, part, shape_msg)?;
         if !p.arr_next(&mut f)? {
             return Err(p.err_at(rat, shape_msg));
         }
@@ -2381,18 +2387,7 @@ fn read_other_rows<'py>(
     let shape_msg = "an others row is [path, value], then is_output where it differs";
     while p.arr_next(&mut first)? {
         p.ctx = Some(("others", i));
-        let rat = p.pos;
-        p.arr_begin()?;
-        let mut f = true;
-        if !p.arr_next(&mut f)? {
-            return Err(p.err_at(rat, shape_msg));
-        }
-        let path = read_index(p, "path", part.paths.len() + 1)?;
-        let node = if path == 0 {
-            ROOT
-        } else {
-            part.paths[path - 1]
-        };
+        let (rat, mut f, node) = row_path(p, part, shape_msg)?;
         if !p.arr_next(&mut f)? {
             return Err(p.err_at(rat, shape_msg));
         }
