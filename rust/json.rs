@@ -70,17 +70,24 @@ fn semantic_path_cached<'py>(
     Ok(PyList::new(py, items)?.into_any())
 }
 
-/// A dict sized for `n` keys up front.
-fn presized_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyDict>> {
-    // SAFETY: _PyDict_NewPresized returns a new reference or NULL with an exception set
-    unsafe {
-        Bound::from_owned_ptr_or_err(
-            py,
-            pyo3::ffi::_PyDict_NewPresized(n as pyo3::ffi::Py_ssize_t),
-        )
-    }?
-    .downcast_into::<PyDict>()
-    .map_err(Into::into)
+/// Rows of one shape: copies of a template dict holding `keys` (all `None`), so every row gets a
+/// compact str-keyed table in one copy instead of growing one key at a time.
+struct RowTemplate<'py> {
+    template: Bound<'py, PyDict>,
+}
+
+impl<'py> RowTemplate<'py> {
+    fn new(py: Python<'py>, keys: &[Bound<'py, PyString>]) -> PyResult<Self> {
+        let template = PyDict::new(py);
+        for k in keys {
+            template.set_item(k, py.None())?;
+        }
+        Ok(RowTemplate { template })
+    }
+
+    fn row(&self) -> PyResult<Bound<'py, PyDict>> {
+        self.template.copy()
+    }
 }
 
 fn semantic_path<'py>(py: Python<'py>, arena: &Arena, node: u32) -> PyResult<Bound<'py, PyAny>> {
@@ -172,11 +179,13 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     let mut cache = crate::locator::DisplayCache::default();
     let mut paths = PathCache::default();
     let mut text = String::new();
+    let tensor_row = RowTemplate::new(py, &keys[..6])?;
+    let other_row = RowTemplate::new(py, &[keys[0].clone(), keys[1].clone(), keys[6].clone()])?;
     let mut tensor_rows = Vec::with_capacity(c.items.len());
     for i in 0..c.items.len() {
         let node = c.items[i].node;
         let s = c.spec(i);
-        let row = presized_dict(py, 6)?;
+        let row = tensor_row.row()?;
         text.clear();
         c.arena
             .write_display_path_cached(py, node, c.is_output, &mut cache, &mut text)?;
@@ -206,7 +215,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     }
     let mut other_rows = Vec::with_capacity(c.others.len());
     for (node, value) in &c.others {
-        let row = presized_dict(py, 3)?;
+        let row = other_row.row()?;
         text.clear();
         c.arena
             .write_display_path_cached(py, *node, c.is_output, &mut cache, &mut text)?;
