@@ -22,6 +22,7 @@ mod ffi {
             scalar_type: *mut c_int,
         ) -> c_int;
         pub fn aft_first_int(obj: *mut pyo3::ffi::PyObject, out: *mut i64) -> c_int;
+        pub fn aft_prefetch_tensor(obj: *mut pyo3::ffi::PyObject);
     }
 }
 
@@ -108,4 +109,28 @@ pub fn first_int(tensor: &Bound<'_, PyAny>) -> Option<i64> {
         let _ = tensor;
         None
     }
+}
+
+/// Start loading the memory at `ptr` into cache (a hint: it never faults and may do nothing).
+#[inline(always)]
+pub fn prefetch(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never dereferences in a way that can fault
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(ptr as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+/// Start loading the TensorImpl behind `tensor`, an exact torch.Tensor or nn.Parameter.
+///
+/// # Safety
+/// `tensor` must be a live exact torch.Tensor or nn.Parameter, and the GIL held.
+#[inline]
+pub unsafe fn prefetch_tensor(tensor: *mut pyo3::ffi::PyObject) {
+    #[cfg(aft_torch_shim)]
+    ffi::aft_prefetch_tensor(tensor);
+    #[cfg(not(aft_torch_shim))]
+    let _ = tensor;
 }

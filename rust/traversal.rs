@@ -33,8 +33,9 @@ pub trait Visitor {
 }
 
 enum Source<'py> {
-    List(Bound<'py, PyList>, usize),
-    Tuple(Bound<'py, PyTuple>, usize),
+    /// a list, the next index, and the tensor types to prefetch ahead (long lists, shim on)
+    List(Bound<'py, PyList>, usize, Option<Lookahead>),
+    Tuple(Bound<'py, PyTuple>, usize, Option<Lookahead>),
     Dict(Bound<'py, PyDict>, ffi::Py_ssize_t, ffi::Py_ssize_t),
     Seq(Bound<'py, PyIterator>, i64),
     Items(Bound<'py, PyIterator>),
@@ -64,6 +65,48 @@ impl FieldList {
     }
 }
 
+/// Prefetching for long lists of tensors: a walk that reads a million tensors scattered over
+/// memory otherwise waits on a cache miss for each tensor's object and again for its TensorImpl.
+/// At item `i` the object of item `i + FAR` is requested and, its header having arrived by then,
+/// the TensorImpl of item `i + NEAR`.
+#[derive(Clone, Copy)]
+struct Lookahead {
+    tensor: usize,
+    parameter: usize,
+}
+
+impl Lookahead {
+    const FAR: usize = 16;
+    const NEAR: usize = 8;
+
+    fn for_len(py: Python<'_>, len: usize) -> PyResult<Option<Lookahead>> {
+        let it = crate::interp::interp(py)?;
+        Ok((it.shim && len > Self::FAR).then(|| Lookahead {
+            tensor: it.tensor_type.as_ptr() as usize,
+            parameter: it.parameter_type.as_ptr() as usize,
+        }))
+    }
+
+    /// Prefetch ahead of item `i` of a sequence of `len` items read by `item`.
+    #[inline]
+    fn run(&self, len: usize, i: usize, item: impl Fn(usize) -> *mut ffi::PyObject) {
+        if i + Self::FAR < len {
+            crate::torch_shim::prefetch(item(i + Self::FAR) as *const u8);
+        }
+        if i + Self::NEAR < len {
+            let near = item(i + Self::NEAR);
+            // SAFETY: a live item (the caller's sequence holds it) whose header was requested
+            // `FAR - NEAR` items ago; an exact tensor type is what `prefetch_tensor` needs
+            unsafe {
+                let ty = ffi::Py_TYPE(near) as usize;
+                if ty == self.tensor || ty == self.parameter {
+                    crate::torch_shim::prefetch_tensor(near);
+                }
+            }
+        }
+    }
+}
+
 struct Frame<'py> {
     src: Source<'py>,
     node: u32,
@@ -74,17 +117,29 @@ struct Frame<'py> {
 impl<'py> Source<'py> {
     fn next(&mut self, py: Python<'py>) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
         match self {
-            Source::List(l, i) => {
+            Source::List(l, i, ahead) => {
                 if *i >= l.len() {
                     return Ok(None);
+                }
+                if let Some(ahead) = ahead {
+                    // SAFETY: `run` asks only for indices below the length, with the GIL held
+                    ahead.run(l.len(), *i, |j| unsafe {
+                        ffi::PyList_GET_ITEM(l.as_ptr(), j as ffi::Py_ssize_t)
+                    });
                 }
                 let v = l.get_item(*i)?;
                 *i += 1;
                 Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
             }
-            Source::Tuple(t, i) => {
+            Source::Tuple(t, i, ahead) => {
                 if *i >= t.len() {
                     return Ok(None);
+                }
+                if let Some(ahead) = ahead {
+                    // SAFETY: as for lists
+                    ahead.run(t.len(), *i, |j| unsafe {
+                        ffi::PyTuple_GET_ITEM(t.as_ptr(), j as ffi::Py_ssize_t)
+                    });
                 }
                 let v = t.get_item(*i)?;
                 *i += 1;
@@ -321,8 +376,16 @@ fn open<'py>(
     info: &Arc<TypeInfo>,
 ) -> PyResult<Source<'py>> {
     Ok(match info.walk {
-        Walk::List => Source::List(obj.downcast::<PyList>()?.clone(), 0),
-        Walk::Tuple => Source::Tuple(obj.downcast::<PyTuple>()?.clone(), 0),
+        Walk::List => {
+            let l = obj.downcast::<PyList>()?.clone();
+            let ahead = Lookahead::for_len(py, l.len())?;
+            Source::List(l, 0, ahead)
+        }
+        Walk::Tuple => {
+            let t = obj.downcast::<PyTuple>()?.clone();
+            let ahead = Lookahead::for_len(py, t.len())?;
+            Source::Tuple(t, 0, ahead)
+        }
         Walk::Dict => {
             let d = obj.downcast::<PyDict>()?.clone();
             let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };

@@ -75,4 +75,13 @@ int aft_first_int(PyObject* obj, int64_t* out) noexcept {
   }
 }
 
+// Ask the CPU to start loading the TensorImpl of `obj` (an exact torch.Tensor or nn.Parameter
+// whose object header is already cached), so that reading its sizes later does not wait on memory.
+void aft_prefetch_tensor(PyObject* obj) noexcept {
+  const char* impl = reinterpret_cast<const char*>(THPVariable_Unpack(obj).unsafeGetTensorImpl());
+  for (size_t off = 0; off < sizeof(c10::TensorImpl); off += 64) {
+    __builtin_prefetch(impl + off);
+  }
+}
+
 }  // extern "C"
