@@ -1233,6 +1233,13 @@ fn fnv(s: &[u8]) -> u64 {
     h
 }
 
+/// A node's Int children while they are exactly `0..next`, all of kind `kind`.
+#[derive(Clone, Copy, Default)]
+struct DenseChildren {
+    next: u32,
+    kind: u8,
+}
+
 /// Entry flags for `is_output`: not given (the document's), false, true.
 const OUT_DEFAULT: u8 = 0;
 
@@ -1240,8 +1247,13 @@ struct Build<'py> {
     py: Python<'py>,
     what: &'static str,
     arena: Arena,
-    /// `(parent, kind + 4 * accessor type, key hash)` -> node, for Int and Str accessors
+    /// `(parent, kind + 4 * accessor type, key hash)` -> node, for Str accessors and, once
+    /// `indexed`, Int accessors too
     dedup: FastMap<(u32, u8, u64), u32>,
+    /// per node, while not `indexed`: its Int children, which are exactly `0..next` of one kind
+    dense: Vec<DenseChildren>,
+    /// whether `dedup` holds every Int node (see `step_int`)
+    indexed: bool,
     /// the previous locator's steps: `(kind, key, node)`
     last: Vec<(Kind, LastKey, u32)>,
     /// whether equal paths always got the same node (no object accessors, no hash clashes)
@@ -1266,6 +1278,8 @@ impl<'py> Build<'py> {
             what,
             arena: Arena::with_capacity(64),
             dedup: FastMap::default(),
+            dense: Vec::new(),
+            indexed: false,
             last: Vec::new(),
             exact_nodes: true,
             c: Compact::new(Arena::new(), false),
@@ -1282,22 +1296,56 @@ impl<'py> Build<'py> {
         }
     }
 
+    /// The node for Int step `v` below `parent`.
+    ///
+    /// Lists are written item by item, so a parent's Int children usually arrive as `0, 1, 2...`
+    /// of one kind. While every parent's do, a new child `next` cannot exist yet and needs no
+    /// lookup: a map of a million children, one cache miss per lookup, would cost more than the
+    /// rest of the decoding. The first child that breaks the pattern puts every Int node made so
+    /// far into `dedup` (once), and from then on each step is looked up.
     fn step_int(&mut self, parent: u32, v: i64, kind: Kind) -> PyResult<u32> {
-        let key = (parent, kind as u8, v as u64);
-        if let Some(&n) = self.dedup.get(&key) {
-            if matches!(self.arena.node(n).acc, Accessor::Int(x) if x == v) {
+        if !self.indexed {
+            if self.dense.len() <= parent as usize {
+                self.dense
+                    .resize(self.arena.len(), DenseChildren::default());
+            }
+            let d = self.dense[parent as usize];
+            if v == i64::from(d.next) && (d.next == 0 || d.kind == kind as u8) && d.next < u32::MAX
+            {
+                let n = self
+                    .arena
+                    .push_hashed(parent, Accessor::Int(v), kind, py_int_hash(v))?;
+                self.dense[parent as usize] = DenseChildren {
+                    next: d.next + 1,
+                    kind: kind as u8,
+                };
                 return Ok(n);
             }
-            self.exact_nodes = false;
-            return self
-                .arena
-                .push_hashed(parent, Accessor::Int(v), kind, py_int_hash(v));
+            self.index_int_nodes();
+        }
+        let key = (parent, kind as u8, v as u64);
+        if let Some(&n) = self.dedup.get(&key) {
+            return Ok(n);
         }
         let n = self
             .arena
             .push_hashed(parent, Accessor::Int(v), kind, py_int_hash(v))?;
         self.dedup.insert(key, n);
         Ok(n)
+    }
+
+    /// Put every Int node into `dedup` (the first of equal ones wins, as it would have).
+    fn index_int_nodes(&mut self) {
+        for id in 1..self.arena.len() as u32 {
+            let n = self.arena.node(id);
+            if let Accessor::Int(x) = n.acc {
+                self.dedup
+                    .entry((n.parent, n.kind as u8, x as u64))
+                    .or_insert(id);
+            }
+        }
+        self.indexed = true;
+        self.dense = Vec::new();
     }
 
     fn step_str(

@@ -1000,6 +1000,52 @@ def test_the_dict_parts_are_compact_tables():
     }
 
 
+LIST3 = SM.from_inputs({"l": [t((2, 3)), t((2, 4)), t((2, 5))]}, strict=True, batch_size=2)
+
+
+def with_paths(paths, tensors):
+    """LIST3's dict with its tensor_data `paths` and each tensor's path row replaced."""
+    data = LIST3.to_dict()
+    doc = json.loads(data["tensor_data"])
+    doc["paths"] = paths
+    for row, path in zip(doc["tensors"], tensors, strict=True):
+        row[0] = path
+    return {**data, "tensor_data": json.dumps(doc).encode()}
+
+
+def test_list_items_in_any_order_and_repeated_path_rows_still_name_one_path():
+    # from_dict skips the path lookup while a parent's int steps arrive as 0, 1, 2...; each way of
+    # breaking that pattern must give what the lookup gives
+    out_of_order = SM.from_dict(with_paths([[0, "l", 1], [1, 2, 0], [1, 0, 0], [1, 1, 0]], [3, 4, 2]))
+    assert out_of_order == LIST3 and hash(out_of_order) == hash(LIST3)
+    assert [str(loc) for loc, _ in out_of_order.tensor_data] == ["l[0]", "l[1]", "l[2]"]
+    # a repeated row is the same path: used once it decodes, used twice it is a repeated locator
+    repeated = [[0, "l", 1], [1, 0, 0], [1, 1, 0], [1, 0, 0], [1, 2, 0]]
+    assert SM.from_dict(with_paths(repeated, [4, 3, 5])) == LIST3
+    with pytest.raises(ValueError, match=r"tensor_data\[0\] and tensor_data\[1\] have the same locator"):
+        SM.from_dict(with_paths(repeated, [2, 4, 5]))
+    # a repeat that comes after the pattern broke elsewhere, and one of a step made before it broke
+    two_lists = [[0, "l", 1], [1, 0, 0], [0, "m", 1], [3, 1, 0], [1, 0, 0], [1, 1, 0], [1, 2, 0]]
+    with pytest.raises(ValueError, match="have the same locator"):
+        SM.from_dict(with_paths(two_lists, [2, 5, 7]))
+    assert SM.from_dict(with_paths(two_lists, [5, 6, 7])) == LIST3
+    # the same index under two object types is two paths, in either order
+    for kinds in ([0, 1], [1, 0]):
+        paths = [[0, "l", 1], [1, 0, kinds[0]], [1, 0, kinds[1]], [1, 1, 0], [1, 2, 0]]
+        got = SM.from_dict(with_paths(paths, [2, 3, 4]))
+        assert [str(loc) for loc, _ in got.tensor_data] == ["l[0]", "l[0]", "l[1]"]
+
+
+def test_from_json_reads_entries_in_any_order():
+    doc = json.loads(LIST3.to_json())
+    doc["tensor_data"].reverse()
+    back = SM.from_json(json.dumps(doc))
+    assert [str(loc) for loc, _ in back.tensor_data] == ["l[2]", "l[1]", "l[0]"]
+    doc["tensor_data"].append(doc["tensor_data"][1])
+    with pytest.raises(ValueError, match="have the same locator"):
+        SM.from_json(json.dumps(doc))
+
+
 def part_with(md, key, mutate):
     data = md.to_dict()
     doc = json.loads(data[key])
