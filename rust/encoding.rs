@@ -71,6 +71,7 @@ use pyo3::types::{
 use crate::json_text::{self as jt, JNum, JStr, Parser, Tok, MAX_NESTING};
 use crate::locator::{path_eq, py_int_hash, Accessor, Arena, DisplayCache, Kind, Locator, ROOT};
 use crate::metadata::{Compact, Loc, SampleMetadata, View};
+use crate::str_sink::{StrSink, CHUNK};
 use crate::tensor_spec::{dtype_id, dtype_obj, multiplier, Dim, Spec, TensorSpec};
 
 pub const FORMAT: &str = "aitune_fast.sample_metadata";
@@ -162,6 +163,8 @@ struct Enc<'py> {
     active: Vec<usize>,
     depth: usize,
     prefix: Prefix,
+    /// where `out` goes once it holds a chunk (`to_json`); `None` keeps everything in `out`
+    sink: Option<StrSink<'py>>,
 }
 
 impl<'py> Enc<'py> {
@@ -175,6 +178,7 @@ impl<'py> Enc<'py> {
             active: Vec::new(),
             depth: 0,
             prefix: Prefix::default(),
+            sink: None,
         }
     }
 
@@ -808,6 +812,18 @@ impl<'py> Enc<'py> {
             if let Err(e) = self.full_entry(v, tensors, i, default_out) {
                 return Err(self.entry_error(v, tensors, i, e, what));
             }
+            if self.sink.is_some() && self.out.len() >= CHUNK {
+                self.spill()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hand what `out` holds to the sink, if there is one.
+    fn spill(&mut self) -> PyResult<()> {
+        if let Some(sink) = &mut self.sink {
+            sink.write(&self.out)?;
+            self.out.clear();
         }
         Ok(())
     }
@@ -1113,13 +1129,20 @@ fn phase<'py>(
     }
 }
 
-pub fn to_json(py: Python<'_>, md: &SampleMetadata) -> PyResult<String> {
+pub fn to_json<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyString>> {
     const WHAT: &str = "SampleMetadata.to_json";
     let v = md.view(py)?;
     check_unique(py, &v, WHAT)?;
     let out_default = default_is_output(&v);
     let phase = phase(py, md, WHAT)?;
-    let mut e = Enc::new(py, 256 + 240 * v.n_tensors() + 160 * v.n_others());
+    let size = 256 + 240 * v.n_tensors() + 160 * v.n_others();
+    let mut e = if size < IN_PLACE {
+        Enc::new(py, size)
+    } else {
+        let mut e = Enc::new(py, 2 * CHUNK);
+        e.sink = Some(StrSink::new(py, size)?);
+        e
+    };
     e.out.push_str("{\"format\":\"");
     e.out.push_str(FORMAT);
     e.out.push_str("\",\"version\":1,\"strict\":");
@@ -1136,8 +1159,19 @@ pub fn to_json(py: Python<'_>, md: &SampleMetadata) -> PyResult<String> {
     e.out.push_str("],\"other_data\":[");
     e.full_entries(&v, false, out_default, WHAT)?;
     e.out.push_str("]}");
-    Ok(e.out)
+    e.spill()?;
+    match e.sink.take() {
+        Some(sink) => sink.finish(),
+        None => Ok(PyString::new(py, &e.out)),
+    }
 }
+
+/// From about this size `to_json` writes its text straight into the returned `str`, a chunk at a
+/// time, rather than building it whole and copying it: a document this large is then held once
+/// instead of twice, and it lands in one fresh allocation instead of two (glibc serves requests
+/// above 32 MiB with new, not yet faulted-in memory every time). Smaller documents are cheapest
+/// built whole: their buffers reuse freed memory from call to call.
+const IN_PLACE: usize = 32 << 20;
 
 pub fn to_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyDict>> {
     const WHAT: &str = "SampleMetadata.to_dict";

@@ -10,6 +10,7 @@ pub mod json_text;
 pub mod locator;
 pub mod metadata;
 pub mod registry;
+pub mod str_sink;
 pub mod tensor_spec;
 pub mod torch_shim;
 pub mod traversal;

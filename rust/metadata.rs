@@ -1438,7 +1438,7 @@ impl SampleMetadata {
 
     /// The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
     /// needs (see `from_json`).
-    fn to_json(&self, py: Python<'_>) -> PyResult<String> {
+    fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         crate::encoding::to_json(py, self)
     }
 

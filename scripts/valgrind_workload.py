@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import threading
 from collections import UserDict
 
@@ -137,6 +138,21 @@ def main() -> None:
     Locator.register_user_type(Raises)
     for i in range(3):
         round_trip(i)
+    # long lists (walked with prefetching), list items decoded out of order, and a document over
+    # 32 MiB written straight into its str (growing it), with a non-ASCII tail moving it to Rust
+    n = 150_000
+    for last in ("z", "\u00fc"):
+        big = SampleMetadata.from_inputs({"k" * 100: [torch.empty(2, 1)] * n, last: torch.empty(3)}, strict=True)
+        assert SampleMetadata.from_json(big.to_json()) == big
+    del big
+    small = SampleMetadata.from_inputs({"l": [torch.empty(2, i) for i in range(1, 40)]}, strict=True)
+    doc = json.loads(small.to_dict()["tensor_data"])
+    doc["paths"] = doc["paths"][:1] + doc["paths"][1:][::-1] + [doc["paths"][1]]
+    try:
+        SampleMetadata.from_dict({**small.to_dict(), "tensor_data": json.dumps(doc).encode()})
+    except ValueError:
+        pass
+
     # a few threads at once, with the registry changing
     stop = threading.Event()
 

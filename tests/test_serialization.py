@@ -856,6 +856,29 @@ def test_from_json_takes_str_only():
         SM.from_json(BASE.to_json().encode())
 
 
+@pytest.mark.parametrize("tail", ["ascii", "non_ascii"])
+def test_documents_over_32_mib_are_written_in_place_with_the_same_text(tail):
+    # from 32 MiB to_json writes straight into the str a chunk at a time (growing it when the
+    # entries are longer than its estimate); a non-ASCII character after many chunks moves the
+    # text to a Rust buffer. Either way the text must be what the whole-buffer writer produces.
+    n = 150_000
+    key = "k" * 100  # entries of ~500 bytes: past the 240-byte estimate, so the str grows
+    last = "ü" if tail == "non_ascii" else "z"
+    md = SM.from_inputs({key: [t((2, 1))] * n, last: t((3,))}, strict=True)
+    text = md.to_json()
+    assert len(text) > 32 << 20
+    assert text.isascii() == (tail == "ascii")
+    doc = json.loads(text)
+    small = json.loads(SM.from_inputs({key: [t((2, 1))] * 2, last: t((3,))}, strict=True).to_json())
+    assert doc["tensor_data"][0] == small["tensor_data"][0]
+    assert doc["tensor_data"][-1] == small["tensor_data"][-1]
+    entry = dict(small["tensor_data"][1], access_path=f"{key}[{n - 1}]")
+    entry["locator"][-1][0] = entry["semantic_path"][-1] = n - 1
+    assert doc["tensor_data"][n - 1] == entry
+    assert len(doc["tensor_data"]) == n + 1
+    assert SM.from_json(text) == md
+
+
 # ------------------------------------------------------------------------------------------------ what to_json refuses
 
 
