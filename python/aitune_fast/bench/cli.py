@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import memory, report, timing
+from . import memory, report, scaling, timing
 from .impls import OPTREE_NAMESPACE, Impl, load_fast_impl, load_reference_impl, register_optree, register_user_types
 from .progress import Progress
 from .workloads import WORKLOADS, Workload, flatten_tensors
@@ -87,6 +87,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target-ms", type=float, help="time of one repeat's loop (default: 20)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--scaling",
+        action=argparse.BooleanOptionalAction,
+        help="also measure aitune_fast's cost per tensor at 10k, 100k and 1M tensors, each size in a fresh "
+        "process with caches flushed before each call (default: on in full mode without --workloads/--ops; "
+        "smoke mode uses 1k and 10k)",
+    )
     parser.add_argument("--impl-fallback-reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -99,6 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ops:
         if name not in OPS:
             parser.error(f"unknown operation {name!r}; choose from {', '.join(OPS)}")
+    if args.scaling is None:
+        args.scaling = args.mode == "smoke" or (args.mode == "full" and not workloads and not ops)
     # smoke runs every code path (the collector-on row too) on the three small workloads
     args.explicit_gc_on = "from_inputs_gc" in ops or args.mode == "smoke"
     if not workloads:
@@ -346,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             n = len(impls) + (2 if op.traversal_input else 0)
             unit = _unit_weight(w, op, target_s)
             total += unit * (n * (1 + repeats_for(w, args)) + (2 * MEMORY_UNITS if op.measures_memory else 0))
-    progress = Progress(total, enabled=not args.no_progress)
+    scaling_weight = scaling.SECONDS[args.mode] if args.scaling else 0.0
+    progress = Progress(total + scaling_weight, enabled=not args.no_progress)
     print(
         f"aitune_fast benchmark ({args.mode}): {fast.label} vs {ref.label}; "
         f"{args.repeats} interleaved repeats of ~{args.target_ms:g} ms loops, collector paused",
@@ -409,9 +419,19 @@ def main(argv: list[str] | None = None) -> int:
         del state, wl
         gc.collect()
         gc.freeze()
+    scaling_result = None
+    if args.scaling and not fast.stand_in:
+        progress.set_label("scaling: 10k/100k/1M tensors, one process each")
+        try:
+            scaling_result = scaling.run(args.mode, args.threads)
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            problems.append(f"scaling: raised {type(exc).__name__}: {exc}")
+        progress.advance(scaling_weight)
     progress.close()
 
     result = {"meta": environment(args, ref, fast), "rows": rows, "problems": problems}
+    if scaling_result:
+        result["scaling"] = scaling_result
     out: Path = args.out
     report.write_json(out / "bench.json", result)
     chart_error = report.write_chart(out / "speedups.png", result)
@@ -425,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     if mem:
         print("\nmake_batch peak memory (one call, forked child; RSS includes tensor storage):\n")
         print(mem)
+    if scaling_result:
+        print("\naitune_fast per tensor by size (fresh process per size, caches flushed before each call):\n")
+        print(scaling.table(scaling_result))
+        print(scaling.fault_note(scaling_result))
     print(
         "\nratios: baseline time / aitune_fast time (above 1x: aitune_fast is faster); "
         f"median per call of {args.repeats} interleaved repeats"

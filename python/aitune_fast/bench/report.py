@@ -146,6 +146,21 @@ def markdown(report: dict[str, Any]) -> str:
     if mem:
         parts += ["", "## make_batch peak memory", "", "One call, in a forked child; RSS includes tensor storage.", ""]
         parts.append(_md_table(mem))
+    if report.get("scaling"):
+        from .scaling import fault_note, table
+
+        parts += [
+            "",
+            "## Scaling",
+            "",
+            "aitune_fast's cost per tensor on `large_graph` at each size: a fresh process per size, each call "
+            "timed alone after a 64 MiB buffer is written (caches flushed), median per call; minor page "
+            "faults per call in brackets. Ratios against the smallest size (`benches/README.md`).",
+            "",
+            _md_table(table(report["scaling"])),
+            "",
+            fault_note(report["scaling"]) + ".",
+        ]
     if report.get("problems"):
         parts += ["", "## Problems", ""] + [f"- {p}" for p in report["problems"]]
     if meta.get("stand_in"):
