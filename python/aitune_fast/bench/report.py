@@ -109,7 +109,7 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
     return _render(header, body, right={2, 3, 4, 5}) if body else ""
 
 
-def _md_table(text_table: str) -> str:
+def _md_table(text_table: str, left: int = 2) -> str:
     """The fixed-width table as a Markdown table (columns are separated by two or more spaces)."""
     import re
 
@@ -117,7 +117,7 @@ def _md_table(text_table: str) -> str:
     cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
     width = len(cells[0])
     cells = [row + [""] * (width - len(row)) for row in cells]
-    out = ["| " + " | ".join(cells[0]) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (width - 2)) + "|"]
+    out = ["| " + " | ".join(cells[0]) + " |", "|" + "|".join(["---"] * left + ["---:"] * (width - left)) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
     return "\n".join(out)
 
@@ -157,7 +157,7 @@ def markdown(report: dict[str, Any]) -> str:
             "timed alone after a 64 MiB buffer is written (caches flushed), median per call; minor page "
             "faults per call in brackets. Ratios against the smallest size (`benches/README.md`).",
             "",
-            _md_table(table(report["scaling"])),
+            _md_table(table(report["scaling"]), left=1),
             "",
             fault_note(report["scaling"]) + ".",
         ]
