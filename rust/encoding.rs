@@ -296,20 +296,11 @@ impl<'py> Enc<'py> {
             self.float(f.value());
         } else if let Ok(s) = v.downcast_exact::<PyString>() {
             self.pystr(s)?;
-        } else if let Ok(l) = v.downcast_exact::<PyList>() {
-            self.enter(v)?;
-            self.open('[')?;
-            for (i, x) in l.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                self.exact(&x)?;
-            }
-            self.close(']');
-            self.leave();
-        } else if let Ok(t) = v.downcast_exact::<PyTuple>() {
+        } else if v.is_exact_instance_of::<PyList>() {
+            self.array(v, Self::exact)?;
+        } else if v.is_exact_instance_of::<PyTuple>() {
             self.tagged_open("$tuple")?;
-            self.seq(t.as_any())?;
+            self.array(v, Self::exact)?;
             self.close('}');
         } else if let Ok(d) = v.downcast_exact::<PyDict>() {
             self.enter(v)?;
@@ -356,11 +347,11 @@ impl<'py> Enc<'py> {
             self.leave();
         } else if v.is_exact_instance_of::<PySet>() {
             self.tagged_open("$set")?;
-            self.seq(v)?;
+            self.array(v, Self::exact)?;
             self.close('}');
         } else if v.is_exact_instance_of::<PyFrozenSet>() {
             self.tagged_open("$frozenset")?;
-            self.seq(v)?;
+            self.array(v, Self::exact)?;
             self.close('}');
         } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
             self.tagged_open("$bytes")?;
@@ -397,15 +388,20 @@ impl<'py> Enc<'py> {
         Ok(())
     }
 
-    /// The items of a tuple, set or frozenset as an array of `EXACT` values.
-    fn seq(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// The items of the list, tuple or set `v` as a JSON array, each written by `item`
+    /// (`exact` or `lossy`).
+    fn array(
+        &mut self,
+        v: &Bound<'_, PyAny>,
+        item: fn(&mut Self, &Bound<'_, PyAny>) -> PyResult<()>,
+    ) -> PyResult<()> {
         self.enter(v)?;
         self.open('[')?;
         for (i, x) in v.try_iter()?.enumerate() {
             if i > 0 {
                 self.out.push(',');
             }
-            self.exact(&x?)?;
+            item(self, &x?)?;
         }
         self.close(']');
         self.leave();
@@ -426,17 +422,7 @@ impl<'py> Enc<'py> {
             || v.is_exact_instance_of::<PyTuple>()
             || v.is_exact_instance_of::<PySet>()
         {
-            self.enter(v)?;
-            self.open('[')?;
-            for (i, x) in v.try_iter()?.enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                self.lossy(&x?)?;
-            }
-            self.close(']');
-            self.leave();
-            return Ok(());
+            return self.array(v, Self::lossy);
         }
         if let Ok(d) = v.downcast_exact::<PyDict>() {
             self.enter(v)?;
