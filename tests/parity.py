@@ -9,12 +9,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections import UserDict
+from collections import UserDict, namedtuple
 from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
 import torch
+
+# ---------------------------------------------------------------------------------- container types used by the tests
+
+Pair = namedtuple("Pair", ["left", "right"])
+
+
+@dataclasses.dataclass
+class Point:
+    x: object
+    y: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenPoint:
+    x: object
+
 
 # --------------------------------------------------------------------------------------------- canonical forms
 

@@ -6,12 +6,22 @@ import copy
 import dataclasses
 import functools
 import pickle
-from collections import OrderedDict, UserDict, defaultdict, namedtuple
+from collections import OrderedDict, UserDict, defaultdict
 from typing import ClassVar
 
 import pytest
 import torch
-from parity import assert_raises_alike, assert_same_eq_hash_classes, canon, leaves_snap, loc_snap, outcome
+from parity import (
+    FrozenPoint,
+    Pair,
+    Point,
+    assert_raises_alike,
+    assert_same_eq_hash_classes,
+    canon,
+    leaves_snap,
+    loc_snap,
+    outcome,
+)
 
 
 def make_locator(impl, path, is_output=False):
@@ -34,20 +44,6 @@ def assert_same_leaves(ref, fast, obj, **kwargs):
 
 def display_paths(snap):
     return [loc["display_path"] for loc, _ in snap]
-
-
-Pair = namedtuple("Pair", ["left", "right"])
-
-
-@dataclasses.dataclass
-class Point:
-    x: object
-    y: object = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FrozenPoint:
-    x: object
 
 
 # ------------------------------------------------------------------------------------------- ObjectType

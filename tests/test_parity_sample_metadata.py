@@ -9,12 +9,15 @@ import datetime
 import enum
 import pathlib
 import pickle
-from collections import UserDict, namedtuple
+from collections import UserDict
 from types import MappingProxyType
 
 import pytest
 import torch
 from parity import (
+    FrozenPoint,
+    Pair,
+    Point,
     arange_tensor,
     assert_no_aliasing,
     assert_no_shared_containers,
@@ -47,20 +50,6 @@ def assert_same_md(ref, fast, build, factory="from_inputs", **kwargs):
     fast_md = getattr(SM(fast), factory)(build(), **kwargs)
     assert md_snap(fast, fast_md) == md_snap(ref, ref_md)
     return ref_md, fast_md
-
-
-Pair = namedtuple("Pair", ["left", "right"])
-
-
-@dataclasses.dataclass
-class Point:
-    x: object
-    y: object = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FrozenPoint:
-    x: object
 
 
 @dataclasses.dataclass
