@@ -5,15 +5,17 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyDict, PyString, PyType};
+use pyo3::types::{PyDict, PyList, PyString, PyType};
 
 pub struct Interp {
     pub tensor_type: Py<PyType>,
     pub parameter_type: Py<PyType>,
     pub object_types: [Py<PyAny>; 4],
     pub info_levels: [Py<PyAny>; 3],
-    pub config: Py<PyAny>,
-    pub global_context: Py<PyAny>,
+    /// `aitune_fast._config._source`: `[config]`, or AITune's config under `patch_aitune()`
+    pub config_source: Py<PyList>,
+    /// `aitune_fast.global_context._source`: `[global_context]`, or AITune's under `patch_aitune()`
+    pub global_context_source: Py<PyList>,
     pub batch_size_key: Py<PyString>,
     pub json_serialize: Py<PyAny>,
     pub describe: Py<PyAny>,
@@ -58,11 +60,12 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
                 ot("USER_TYPE")?,
             ],
             info_levels: [il("SHORT")?, il("MEDIUM")?, il("FULL")?],
-            config: py
+            config_source: py
                 .import("aitune_fast._config")?
-                .getattr("config")?
+                .getattr("_source")?
+                .downcast_into::<PyList>()?
                 .unbind(),
-            global_context: gc.getattr("global_context")?.unbind(),
+            global_context_source: gc.getattr("_source")?.downcast_into::<PyList>()?.unbind(),
             batch_size_key: gc
                 .getattr("BATCH_SIZE_KEY")?
                 .downcast_into::<PyString>()?
@@ -89,20 +92,51 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
     })
 }
 
-/// Which `InfoLevel` member `obj` is: 0 SHORT, 1 MEDIUM, 2 FULL, None for anything else.
-pub fn info_level_index(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+/// Which detail level `obj` asks for: 0 SHORT, 1 MEDIUM, 2 FULL. Our `InfoLevel` members, and
+/// any other enum member named SHORT, MEDIUM or FULL (AITune's `InfoLevel`); anything else is a
+/// `ValueError` (the reference silently renders nothing).
+pub fn info_level_index(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     let it = interp(py)?;
-    Ok(it
+    if let Some(i) = it
         .info_levels
         .iter()
-        .position(|m| m.as_ptr() == obj.as_ptr()))
+        .position(|m| m.as_ptr() == obj.as_ptr())
+    {
+        return Ok(i);
+    }
+    let enum_type = py.import("enum")?.getattr("Enum")?;
+    if obj.is_instance(&enum_type)? {
+        if let Ok(name) = obj.getattr(pyo3::intern!(py, "name"))?.extract::<String>() {
+            match name.as_str() {
+                "SHORT" => return Ok(0),
+                "MEDIUM" => return Ok(1),
+                "FULL" => return Ok(2),
+                _ => {}
+            }
+        }
+    }
+    Err(pyo3::exceptions::PyValueError::new_err(format!(
+        "info_level must be an InfoLevel member (SHORT, MEDIUM or FULL), got {}",
+        obj.repr()?
+    )))
+}
+
+/// Whether `from_inputs` detects the LLM phase: `enable_transformers_integration` of the active
+/// config (aitune_fast's, or AITune's under `patch_aitune()`), read on every call.
+pub fn transformers_integration(py: Python<'_>) -> PyResult<bool> {
+    let it = interp(py)?;
+    let source = it.config_source.bind(py);
+    source
+        .get_item(0)?
+        .getattr(pyo3::intern!(py, "enable_transformers_integration"))?
+        .is_truthy()
 }
 
 /// The batch size in the innermost `global_context` scope, read without taking its lock
 /// (the GIL already serialises us with every writer).
 pub fn context_batch_size<'py>(py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
     let it = interp(py)?;
-    let ctx = it.global_context.bind(py);
+    let ctx = it.global_context_source.bind(py).get_item(0)?;
     let stack = ctx.getattr(pyo3::intern!(py, "_data_stack"))?;
     let key = it.batch_size_key.bind(py);
     let stack = stack.downcast_into::<pyo3::types::PyList>()?;

@@ -21,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor_spec::TensorSpec>()?;
     m.add_class::<metadata::SampleMetadata>()?;
     m.add_class::<metadata::ExactSampleMetadata>()?;
+    m.add_function(wrap_pyfunction!(registry::_type_registry, m)?)?;
     m.add("MAX_DEPTH", traversal::MAX_DEPTH)?;
     m.add("HAS_TORCH_SHIM", cfg!(aft_torch_shim))?;
     Ok(())

@@ -16,7 +16,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
-use crate::interp::{context_batch_size, info_level_index, interp};
+use crate::interp::{context_batch_size, info_level_index, interp, transformers_integration};
 use crate::locator::{
     hash_to_isize, mix, path_eq, py_int_hash, rich_eq, Accessor, Arena, Kind, Locator, ROOT,
 };
@@ -1030,12 +1030,7 @@ impl SampleMetadata {
             None => false,
         };
         let bs = resolve_batch_size(py, batch_size)?;
-        let it = interp(py)?;
-        let check_cp = it
-            .config
-            .bind(py)
-            .getattr(pyo3::intern!(py, "enable_transformers_integration"))?
-            .is_truthy()?;
+        let check_cp = transformers_integration(py)?;
         let Built {
             data,
             cache_position: cp,
@@ -1142,16 +1137,13 @@ impl SampleMetadata {
         let py = slf.py();
         let it = interp(py)?;
         let level = match info_level {
-            None => Some(2),
+            None => 2,
             Some(l) => info_level_index(py, l)?,
         };
-        if level == Some(0) {
+        if level == 0 {
             return Ok(PyString::new(py, &slf.try_borrow()?.describe_short(py)?).into_any());
         }
-        let level_obj = match info_level {
-            Some(l) => l.clone(),
-            None => it.info_levels[2].bind(py).clone(),
-        };
+        let level_obj = it.info_levels[level].bind(py).clone();
         it.describe.bind(py).call1((slf, level_obj))
     }
 

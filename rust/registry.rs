@@ -134,6 +134,26 @@ pub fn unignore_type(cls: &Bound<'_, PyType>) {
     drop(old);
 }
 
+/// The registered user types (with their `only_tensors` flag) and the ignored types, as Python
+/// objects: `(dict[type, bool], list[type])`. For `aitune_fast.patch` to hand registrations over.
+#[pyfunction]
+pub fn _type_registry(py: Python<'_>) -> PyResult<(Bound<'_, PyDict>, Bound<'_, PyList>)> {
+    let (users, ignored) = with_registry(|r| {
+        let users: Vec<(Py<PyType>, bool)> = r
+            .user_types
+            .values()
+            .map(|(t, f)| (t.clone_ref(py), *f))
+            .collect();
+        let ignored: Vec<Py<PyType>> = r.ignored.values().map(|t| t.clone_ref(py)).collect();
+        (users, ignored)
+    });
+    let dict = PyDict::new(py);
+    for (t, f) in users {
+        dict.set_item(t, f)?;
+    }
+    Ok((dict, PyList::new(py, ignored)?))
+}
+
 /// A registry generation and the classifications cached under it.
 type LocalCache = (u64, Vec<(usize, Arc<TypeInfo>)>);
 

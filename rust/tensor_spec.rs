@@ -582,15 +582,12 @@ impl TensorSpec {
         &self,
         py: Python<'_>,
         info_level: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<String>> {
+    ) -> PyResult<String> {
         let level = match info_level {
-            None => Some(2),
+            None => 2,
             Some(l) => info_level_index(py, l)?,
         };
-        match level {
-            Some(l) => Ok(Some(self.describe_text(py, l)?)),
-            None => Ok(None),
-        }
+        self.describe_text(py, level)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

@@ -11,6 +11,7 @@ from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, Tens
 from aitune_fast._enums import InfoLevel, ObjectType
 from aitune_fast._helpers import batch_tensor
 from aitune_fast.global_context import BATCH_SIZE_KEY, global_context
+from aitune_fast.patch import is_aitune_patched, patch_aitune, unpatch_aitune
 
 __version__ = "0.1.0"
 
@@ -25,4 +26,7 @@ __all__ = [
     "batch_tensor",
     "config",
     "global_context",
+    "is_aitune_patched",
+    "patch_aitune",
+    "unpatch_aitune",
 ]

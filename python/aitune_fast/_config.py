@@ -27,3 +27,7 @@ class Config:
 
 
 config = Config()
+
+# The config the Rust core reads ``enable_transformers_integration`` from on every call: ``config``,
+# or AITune's ``aitune.torch.config.config`` while ``aitune_fast.patch_aitune()`` is active.
+_source: list = [config]

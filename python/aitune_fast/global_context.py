@@ -62,4 +62,9 @@ class GlobalContext:
 
 global_context = GlobalContext()
 
+# The context whose batch size the Rust core reads on every call: ``global_context``, or AITune's
+# ``aitune.global_context.global_context`` while ``aitune_fast.patch_aitune()`` is active (the
+# core reads ``_data_stack`` of ``_source[0]``, a layout both classes share).
+_source: list[Any] = [global_context]
+
 __all__ = ["BATCH_SIZE_KEY", "GlobalContext", "global_context"]
