@@ -16,6 +16,19 @@ if [ ! -f "$STAMP" ]; then
     "$PY" -m pip install -q --no-deps aitune==0.6.0
     touch "$STAMP"
 fi
+# AITune's own dependencies (what PyPI serves: not tensorrt/torch-tensorrt), so the integration tests can
+# `import aitune.torch` (with a stand-in tensorrt from tests/fixtures/). torch is pinned to the installed
+# version so pip never swaps it.
+AITUNE_STAMP="$VENV/.aitune-deps-v1"
+if [ ! -f "$AITUNE_STAMP" ]; then
+    TORCH_PIN="$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')"
+    CONSTRAINTS="$VENV/.torch-constraint.txt"
+    echo "torch==$TORCH_PIN" > "$CONSTRAINTS"
+    "$PY" -m pip install -q -c "$CONSTRAINTS" "nvidia-modelopt[onnx]>=0.33.0" "torchao>=0.12" "onnxscript>=0.2.0" \
+        "onnx-ir>=0.1.11" "pandas>=2.3" psutil "wrapt~=2.0" "autowrapt>=1.0" "dill>=0.3.8" nvidia-ml-py \
+        requests huggingface_hub
+    touch "$AITUNE_STAMP"
+fi
 # maturin develop rebuilds only what changed; --release because the benchmark measures this build.
 VIRTUAL_ENV="$PWD/$VENV" "$VENV/bin/maturin" develop --release --quiet
 "$PY" -c "import aitune_fast._core" || { echo "the extension failed to build or import" >&2; exit 1; }

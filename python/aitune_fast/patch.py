@@ -93,7 +93,7 @@ def patch_aitune() -> None:
             return
         if "aitune" not in sys.modules and importlib.util.find_spec("aitune") is None:
             raise ImportError(
-                "aitune_fast.patch_aitune() needs AITune: `pip install aitune` (it patches the installed aitune package)"
+                "aitune_fast.patch_aitune() needs AITune installed (`pip install aitune`), the package it patches"
             )
         _state.active = True
         _state.finder = _Finder()

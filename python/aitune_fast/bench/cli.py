@@ -71,7 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "side by side in one process; prints a table and writes bench.json and speedups.png.",
     )
     parser.add_argument(
-        "--workloads", nargs="+", metavar="NAME", help=f"workloads to run (default: all): {', '.join(WORKLOADS)}"
+        "--workloads",
+        nargs="+",
+        metavar="NAME",
+        help=f"workloads to run (default: all): {', '.join(WORKLOADS)}, aitune_tuned",
     )
     parser.add_argument(
         "--ops",
@@ -100,6 +103,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     workloads = _split(args.workloads)
     ops = _split(args.ops)
+    # aitune_tuned runs real AITune in its own process (bench/aitune_tuned.py): by name, or in a full default run
+    args.aitune_tuned = "aitune_tuned" in workloads or (args.mode == "full" and not workloads and not ops)
+    args.only_aitune_tuned = bool(workloads) and set(workloads) == {"aitune_tuned"}
+    workloads = [w for w in workloads if w != "aitune_tuned"]
     for name in workloads:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
@@ -329,6 +336,19 @@ def _setup_weight(workload: Workload) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only_aitune_tuned:
+        from . import aitune_tuned
+
+        return aitune_tuned.run(args.mode, args.out)
+    rc = _main(args)
+    if args.aitune_tuned:
+        from . import aitune_tuned
+
+        rc = max(rc, aitune_tuned.run(args.mode, args.out))
+    return rc
+
+
+def _main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     ref = load_reference_impl()
     try:

@@ -1,0 +1,321 @@
+"""Workload ``aitune_tuned``: the per-forward overhead of AITune-tuned modules, stock and under ``patch_aitune()``.
+
+Runs in its own process (``python -m aitune_fast.bench.aitune_tuned``): it needs a real ``import aitune.torch``,
+which the rest of the benchmark never does (it loads the reference's metadata modules only). Three modules are
+tuned on the CPU with ``OneBackendStrategy(TorchEagerBackend())``: an MLP and an LLM-like decode step (input ids,
+attention mask, a dict cache of 24 layers of key/value tensors) with and without ``cache_position``.
+
+* overhead: a tuned call minus a plain call of an identical module on the same arguments, in alternating
+  rounds, collector paused; the median over rounds. Stock AITune first, then ``patch_aitune()`` and the same
+  modules tuned again.
+* metadata: the work inside that call, ``SampleMetadata.from_inputs(arguments, strict=True)`` plus the backend
+  lookup, on the same arguments against the same backend dicts (the reference's before the patch, ours after).
+* patched, compact keys: the patched modules again with backend keys rebuilt from JSON, i.e. never read through
+  their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
+* a cProfile breakdown of the patched LLM decode call (what remains: AITune's own wrapper code).
+
+If ``import aitune.torch`` fails, the workload is skipped with the reason. AITune imports ``tensorrt``
+unconditionally; where it is missing and this runs from a source checkout, the test fixture stand-in
+(``tests/fixtures/tensorrt_stub``, not TensorRT) is used: no TensorRT backend is measured here.
+"""
+
+from __future__ import annotations
+
+import copy
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+N_LAYERS = 24
+_STUB = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tensorrt_stub"
+
+
+# ---------------------------------------------------------------------------------------------- parent side
+
+
+def run(mode: str, out_dir: Path | None = None) -> int:
+    """Run the workload in a child process and print its table; 0 also when skipped."""
+    env = dict(os.environ)
+    if _STUB.is_dir():
+        env["AITUNE_FAST_TENSORRT_STUB"] = str(_STUB)
+    cmd = [sys.executable, "-m", "aitune_fast.bench.aitune_tuned", "--mode", mode]
+    print("\naitune_tuned: tuning with AITune in a child process...", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        print(f"aitune_tuned: FAILED ({proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return 1
+    result = json.loads(lines[-1])
+    if "skip" in result:
+        print(f"\naitune_tuned: skipped: {result['skip']}")
+        return 0
+    text = table(result)
+    print("\n" + text)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "aitune_tuned.json").write_text(json.dumps(result, indent=1))
+        (out_dir / "aitune_tuned.md").write_text(text + "\n")
+    return 0
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        "AITune-tuned modules, per-forward overhead (tuned call minus plain call, median µs) and the metadata "
+        "work inside it (from_inputs + backend lookup):",
+        "",
+        f"{'module':<22} {'stock':>9} {'patched':>9} {'ratio':>7} {'compact':>9} {'ratio':>7}"
+        f" | {'meta ref':>9} {'meta ours':>9} {'ratio':>7} {'compact':>9} {'ratio':>7}",
+    ]
+    for name, row in result["rows"].items():
+        lines.append(
+            f"{name:<22} {row['stock_us']:>9.1f} {row['patched_us']:>9.1f} {row['ratio']:>6.1f}x"
+            f" {row['compact_us']:>9.1f} {row['compact_ratio']:>6.1f}x"
+            f" | {row['meta_ref_us']:>9.2f} {row['meta_ours_us']:>9.2f} {row['meta_ratio']:>6.1f}x"
+            f" {row['meta_compact_us']:>9.2f} {row['meta_compact_ratio']:>6.1f}x"
+        )
+    lines += [
+        "",
+        "compact: patched modules whose backend keys were rebuilt from JSON (never read through tensor_data).",
+        f"llm_decode backend key == a call's metadata: {result['key_eq_us']['tuned']:.2f} µs as tuned "
+        f"(AITune's tuning read its tensor_data), {result['key_eq_us']['compact']:.2f} µs compact",
+        f"tensorrt: {result['tensorrt']}",
+        "",
+        "cProfile of the patched llm_decode_cp call (top by own time):",
+        result["profile"],
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- child side
+
+
+def _import_aitune() -> tuple[Any, str]:
+    try:
+        import tensorrt  # noqa: F401
+
+        trt = "installed" if not getattr(tensorrt, "IS_AITUNE_FAST_TEST_FIXTURE", False) else "test fixture stand-in"
+    except ImportError:
+        stub = os.environ.get("AITUNE_FAST_TENSORRT_STUB")
+        if not stub:
+            raise
+        sys.path.insert(0, stub)
+        trt = "test fixture stand-in (tests/fixtures/tensorrt_stub; TensorRT backends not measured)"
+    import aitune.torch as ait
+
+    return ait, trt
+
+
+def _models(torch: Any) -> dict[str, Any]:
+    class TinyLLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(64, 16)
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
+            return self.proj(self.emb(input_ids) * attention_mask[..., None])
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    return {"mlp": mlp, "llm_decode_cp": TinyLLM().eval(), "llm_decode": TinyLLM().eval()}
+
+
+def _llm_sample(torch: Any) -> dict[str, Any]:
+    return {
+        "input_ids": torch.zeros(1, dtype=torch.int64),
+        "attention_mask": torch.ones(1),
+        "past_key_values": {
+            f"layer{i}": {"key": torch.zeros(2, 16, 8), "value": torch.zeros(2, 16, 8)} for i in range(N_LAYERS)
+        },
+    }
+
+
+def _tune_all(ait: Any, torch: Any, tag: str) -> dict[str, tuple[Any, Any, tuple, dict]]:
+    """name -> (tuned module, plain copy, args, kwargs) of one call at batch size 2."""
+    from aitune.torch.backend import TorchEagerBackend
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    def strategy() -> Any:
+        s = ait.OneBackendStrategy(TorchEagerBackend())
+        s.enable_performance_validation(False)
+        s.enable_find_max_batch_size(False)
+        return s
+
+    out = {}
+    for name, model in _models(torch).items():
+        MODULE_REGISTRY.clear()
+        plain = copy.deepcopy(model)
+        tuned = ait.Module(model, f"{name}-{tag}", strategy=strategy())
+        if name == "mlp":
+            ait.tune(tuned, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+            out[name] = (tuned, plain, (torch.randn(2, 16),), {})
+            continue
+        data = ait.DataLoaderFactory([_llm_sample(torch)], collate_fn=torch.utils.data.default_collate)
+        extra = {"cache_position": torch.tensor([16])} if name == "llm_decode_cp" else {}
+        ait.tune(lambda t=tuned, e=extra, **kw: t(**kw, **e), data, batch_sizes=[1, 2], device="cpu")
+        kwargs = dict(torch.utils.data.default_collate([_llm_sample(torch)] * 2), **extra)
+        out[name] = (tuned, plain, (), kwargs)
+    return out
+
+
+def _loop(fn: Any, args: tuple, kwargs: dict, n: int) -> float:
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        fn(*args, **kwargs)
+    return (time.perf_counter_ns() - t0) / n / 1000.0
+
+
+def _overhead_us(tuned: Any, plain: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> float:
+    import torch
+
+    diffs = []
+    with torch.no_grad():
+        _loop(tuned, args, kwargs, n)
+        _loop(plain, args, kwargs, n)
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(rounds):
+                t = _loop(tuned, args, kwargs, n)
+                p = _loop(plain, args, kwargs, n)
+                diffs.append(t - p)
+        finally:
+            gc.enable()
+    return statistics.median(diffs)
+
+
+def _metadata_us(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> float:
+    wrapper = tuned.module
+    arguments = wrapper._forward_signature.normalize(args, kwargs).arguments
+    backends = wrapper.backends
+
+    def work() -> Any:
+        md = sample_metadata.from_inputs(arguments, strict=True)
+        if md not in backends:
+            raise RuntimeError("no backend for the benchmark's call")
+        return backends[md]
+
+    times = []
+    work()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                work()
+            times.append((time.perf_counter_ns() - t0) / n / 1000.0)
+    finally:
+        gc.enable()
+    return statistics.median(times)
+
+
+def _eq_us(key: Any, tuned: Any, args: tuple, kwargs: dict, n: int = 2000) -> float:
+    wrapper = tuned.module
+    md = type(key).from_inputs(wrapper._forward_signature.normalize(args, kwargs).arguments, strict=True)
+    assert md == key
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        md == key  # noqa: B015
+    return (time.perf_counter_ns() - t0) / n / 1000.0
+
+
+def _compact_keys(tuned: Any) -> None:
+    """Rebuild the backend keys from JSON: metadata whose Python view was never built."""
+    backends = tuned.module.backends
+    items = list(backends.items())
+    backends.clear()
+    for key, backend in items:
+        backends[type(key).from_json(key.to_json())] = backend
+
+
+def _profile(tuned: Any, args: tuple, kwargs: dict, n: int) -> str:
+    import torch
+
+    profiler = cProfile.Profile()
+    with torch.no_grad():
+        profiler.enable()
+        for _ in range(n):
+            tuned(*args, **kwargs)
+        profiler.disable()
+    stream = io.StringIO()
+    stats = pstats.Stats(profiler, stream=stream)
+    stats.sort_stats("tottime").print_stats(18)
+    text = stream.getvalue()
+    body = text[text.find("ncalls") :] if "ncalls" in text else text
+    return f"({n} calls; per-call µs = tottime / {n} * 1e6)\n" + body.rstrip()
+
+
+def child(mode: str) -> dict[str, Any]:
+    warnings.filterwarnings("ignore")
+    try:
+        ait, trt = _import_aitune()
+    except Exception as exc:  # noqa: BLE001 - any failure to import AITune skips the workload
+        return {"skip": f"`import aitune.torch` failed ({type(exc).__name__}: {exc}); install AITune's dependencies"}
+    import logging
+
+    import aitune.torch.module.sample_metadata as reference_module
+    import torch
+
+    import aitune_fast
+
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    rounds, n = {"full": (15, 200), "quick": (7, 100), "smoke": (2, 20)}[mode]
+
+    reference_sm = reference_module.SampleMetadata
+    stock = _tune_all(ait, torch, "stock")
+    rows: dict[str, dict[str, float]] = {}
+    for name, (tuned, plain, args, kwargs) in stock.items():
+        rows[name] = {
+            "stock_us": _overhead_us(tuned, plain, args, kwargs, rounds, n),
+            "meta_ref_us": _metadata_us(reference_sm, tuned, args, kwargs, rounds, n),
+        }
+    del stock
+    aitune_fast.patch_aitune()
+    patched = _tune_all(ait, torch, "patched")
+    tuned, _, args, kwargs = patched["llm_decode"]
+    key_eq = {"tuned": _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)}
+    for name, (tuned, plain, args, kwargs) in patched.items():
+        rows[name]["patched_us"] = _overhead_us(tuned, plain, args, kwargs, rounds, n)
+        rows[name]["meta_ours_us"] = _metadata_us(aitune_fast.SampleMetadata, tuned, args, kwargs, rounds, n)
+    for name, (tuned, plain, args, kwargs) in patched.items():
+        _compact_keys(tuned)
+        rows[name]["compact_us"] = _overhead_us(tuned, plain, args, kwargs, rounds, n)
+        rows[name]["meta_compact_us"] = _metadata_us(aitune_fast.SampleMetadata, tuned, args, kwargs, rounds, n)
+    tuned, _, args, kwargs = patched["llm_decode"]
+    key_eq["compact"] = _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)
+    for row in rows.values():
+        row["ratio"] = row["stock_us"] / max(row["patched_us"], 1e-9)
+        row["compact_ratio"] = row["stock_us"] / max(row["compact_us"], 1e-9)
+        row["meta_ratio"] = row["meta_ref_us"] / max(row["meta_ours_us"], 1e-9)
+        row["meta_compact_ratio"] = row["meta_ref_us"] / max(row["meta_compact_us"], 1e-9)
+    tuned, _, args, kwargs = patched["llm_decode_cp"]
+    profile = _profile(tuned, args, kwargs, n * 5)
+    aitune_fast.unpatch_aitune()
+    return {"rows": rows, "key_eq_us": key_eq, "tensorrt": trt, "profile": profile, "mode": mode}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["full", "quick", "smoke"], default="quick")
+    parser.add_argument("--table", action="store_true", help="print the table, not JSON")
+    ns = parser.parse_args()
+    result = child(ns.mode)
+    sys.stdout.flush()
+    if ns.table and "rows" in result:
+        print(table(result))
+    else:
+        print("\n" + json.dumps(result))

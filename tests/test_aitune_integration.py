@@ -1,0 +1,182 @@
+"""``aitune_fast.patch_aitune()`` on a real AITune 0.6.0, tuning small models on the CPU.
+
+The tuning runs in child processes (``aitune_child.py``): ``import aitune.torch`` must not meet the stub packages
+that ``load_reference()`` registers for the other tests, and the patch changes process-wide state. AITune imports
+``tensorrt`` unconditionally; the children get the stand-in from ``tests/fixtures/tensorrt_stub`` (a test fixture,
+not TensorRT: no TensorRT backend is exercised). TorchInductor AOT is not tested: it fails on the CPU in stock
+AITune too.
+
+The ``describe()`` tests at the end need no AITune and run in this process.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import aitune_fast
+import pytest
+import torch
+from aitune_fast._reference import load_reference
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "aitune_child.py"
+STUB = HERE / "fixtures" / "tensorrt_stub"
+TIMEOUT_S = 900
+
+
+def _run_child(mode: str, workdir: Path, **env: str) -> dict:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
+    environ.setdefault("AITUNE_CACHE_DIR", str(workdir / "cache"))
+    environ.pop("AUTOWRAPT_BOOTSTRAP", None)
+    environ.update(env)
+    proc = subprocess.run(
+        [sys.executable, str(CHILD), mode, str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=environ,
+        cwd=str(workdir),
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert proc.returncode == 0 and lines, f"child {mode} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    out = json.loads(lines[-1])
+    assert "error" not in out, f"child {mode} raised:\n{out['error']}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("aitune")
+
+
+@pytest.fixture(scope="module")
+def main_run(workdir) -> dict:
+    out = _run_child("main", workdir)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
+MODELS = ("mlp", "llm_cp", "llm", "cache")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_patched_tuning_matches_stock(main_run, model):
+    """Same backend keys (rendered), batch axes, LLM phase and outputs, stock and patched."""
+    stock, patched = main_run["stock"][model], main_run["patched"][model]
+    assert [k["type"] for k in stock["keys"]] == ["aitune.torch.module.sample_metadata"]
+    assert [k["type"] for k in patched["keys"]] == ["aitune_fast.sample_metadata"]
+    strip = [{f: v for f, v in k.items() if f != "type"} for k in stock["keys"]]
+    assert strip == [{f: v for f, v in k.items() if f != "type"} for k in patched["keys"]]
+    assert patched["out"] == stock["out"]
+
+
+def test_batch_axis_comes_from_aitunes_global_context(main_run):
+    """tune() sets the batch size in AITune's global_context; under the patch the core reads it there."""
+    key = main_run["patched"]["mlp"]["keys"][0]
+    assert key["batch_axis"] is True
+    assert "batch0" in key["medium"]
+
+
+def test_llm_phase_follows_aitunes_config(main_run):
+    assert main_run["patched"]["llm_cp"]["keys"][0]["phase"] == "decode"
+    assert main_run["patched"]["llm"]["keys"][0]["phase"] == ""
+
+
+def test_names_swapped_and_restored(main_run):
+    assert main_run["swapped"] == {"tuned_module": True, "locator": True, "object_type": True, "is_patched": True}
+    restored = main_run["restored"]
+    assert restored["tuned_module"] and restored["locator"] and not restored["is_patched"]
+
+
+def test_registrations_carry_over_and_back(main_run):
+    assert main_run["carried_over"] == {"cache": True, "skipped": True}
+    assert main_run["restored"]["late_type_carried_back"] is True
+    assert main_run["restored"]["cache_still_registered"] is True
+
+
+def test_modules_tuned_before_patch_keep_dispatching(main_run):
+    assert main_run["stock_keys_after_patch"] == ["aitune_fast.sample_metadata"]
+    for model in ("mlp", "llm_cp", "llm"):
+        assert main_run["stock_after_patch"][model] == main_run["stock"][model]["out"]
+
+
+def test_modules_tuned_under_patch_keep_dispatching_after_unpatch(main_run):
+    assert main_run["patched_keys_after_unpatch"] == ["aitune.torch.module.sample_metadata"]
+    for model in ("mlp", "llm_cp", "llm"):
+        assert main_run["patched_after_unpatch"][model] == main_run["patched"][model]["out"]
+
+
+def test_jit_tuning_matches_stock(main_run):
+    stock, patched = main_run["stock_jit"], main_run["patched_jit"]
+    assert stock["wrapper"] == patched["wrapper"] == "TunedModule"
+    assert stock["backends"] == patched["backends"] == ["TorchInductorJitBackend"]
+    assert stock["key_types"] == ["aitune.torch.module.sample_metadata"]
+    assert patched["key_types"] == ["aitune_fast.sample_metadata"]
+    assert patched["out"] == stock["out"]
+
+
+def test_patched_process_loads_stock_checkpoints(main_run):
+    loaded = main_run["stock_ckpt_under_patch"]
+    assert loaded["llm_cp_type"] == "aitune_fast.sample_metadata"
+    for model in ("mlp", "llm_cp", "llm"):
+        assert loaded[model] == main_run["stock"][model]["out"]
+
+
+def test_patched_checkpoints_load_in_stock_aitune_without_aitune_fast(main_run, workdir):
+    out = _run_child("stock", workdir)
+    assert out["aitune_fast_importable"] is False
+    assert out["loaded"]["llm_cp_type"] == "aitune.torch.module.sample_metadata"
+    for model in ("mlp", "llm_cp", "llm"):
+        assert out["loaded"][model] == main_run["patched"][model]["out"]
+    # and after unpatch_aitune() in the patching process
+    for model in ("mlp", "llm_cp", "llm"):
+        assert main_run["patched_ckpt_in_unpatched"][model] == main_run["patched"][model]["out"]
+
+
+def test_autowrapt_bootstrap_patches_aitune(main_run, workdir):
+    out = _run_child("autowrapt", workdir, AUTOWRAPT_BOOTSTRAP="aitune_fast")
+    assert out == {"patched": True, "swapped": True}
+
+
+# ------------------------------------------------------------------------- describe() levels (no AITune needed)
+
+
+class _Foreign(enum.Enum):
+    SHORT = "s"
+    MEDIUM = "m"
+    FULL = "f"
+    HUGE = "h"
+
+
+def _metadata():
+    return aitune_fast.SampleMetadata.from_inputs({"x": torch.empty(2, 3), "k": 4}, strict=True, batch_size=2)
+
+
+@pytest.mark.parametrize("name", ["SHORT", "MEDIUM", "FULL"])
+def test_describe_accepts_aitunes_infolevel(name):
+    """AITune's own InfoLevel members (and any enum member named alike) select the same level as ours."""
+    reference_level = getattr(load_reference().tensor_spec.InfoLevel, name)
+    ours = getattr(aitune_fast.InfoLevel, name)
+    md = _metadata()
+    spec = md.tensor_specs[0]
+    assert md.describe(reference_level) == md.describe(getattr(_Foreign, name)) == md.describe(ours)
+    assert spec.describe(reference_level) == spec.describe(getattr(_Foreign, name)) == spec.describe(ours)
+    assert md.describe(ours).startswith("Tensors:")
+    assert md.describe(ours) != "Tensors:\n\n"
+
+
+@pytest.mark.parametrize("level", [_Foreign.HUGE, "FULL", 2, None.__class__])
+def test_describe_refuses_unknown_levels(level):
+    """Deliberate difference: the reference renders nothing ("Tensors:\\n\\n", None) for an unknown level."""
+    md = _metadata()
+    with pytest.raises(ValueError, match="InfoLevel member"):
+        md.describe(level)
+    with pytest.raises(ValueError, match="InfoLevel member"):
+        md.tensor_specs[0].describe(level)
