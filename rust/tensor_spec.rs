@@ -578,11 +578,7 @@ impl TensorSpec {
     }
 
     #[pyo3(signature = (info_level=None))]
-    fn describe(
-        &self,
-        py: Python<'_>,
-        info_level: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<String> {
+    fn describe(&self, py: Python<'_>, info_level: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
         let level = match info_level {
             None => 2,
             Some(l) => info_level_index(py, l)?,

@@ -11,6 +11,7 @@ Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; t
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -242,6 +243,50 @@ def jit_run(ait, torch):
     }
 
 
+def leftovers(objects) -> list[str]:
+    """`module.attribute` of every loaded aitune module attribute that is one of `objects`."""
+    ids = {id(o) for o in objects}
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name == "aitune" or name.startswith("aitune."):
+            for attribute, value in list(vars(module).items()):
+                if id(value) in ids:
+                    found.append(f"{name}.{attribute}")
+    return sorted(found)
+
+
+def names(aitune_fast):
+    return [
+        getattr(aitune_fast, n)
+        for n in (
+            "SampleMetadata",
+            "ExactSampleMetadata",
+            "TensorSpec",
+            "Locator",
+            "InfoLevel",
+            "ObjectType",
+            "batch_tensor",
+        )
+    ]
+
+
+def reference_names():
+    import aitune.torch.module.exact_sample_metadata as e
+    import aitune.torch.module.locator as lo
+    import aitune.torch.module.sample_metadata as s
+    import aitune.torch.module.tensor_spec as t
+
+    return [
+        s.SampleMetadata,
+        e.ExactSampleMetadata,
+        t.TensorSpec,
+        lo.Locator,
+        t.InfoLevel,
+        lo.ObjectType,
+        s.batch_tensor,
+    ]
+
+
 def main_mode(workdir):
     try:
         import aitune.torch as ait
@@ -253,6 +298,7 @@ def main_mode(workdir):
     import aitune_fast
 
     results: dict = {}
+    reference_objects = reference_names()
     RefLocator = ref_locator_module.Locator
     RefSampleMetadata = tuned_module_module.SampleMetadata
     RefLocator.register_user_type(Cache, only_tensors=True)
@@ -268,6 +314,8 @@ def main_mode(workdir):
         "locator": ref_locator_module.Locator is aitune_fast.Locator,
         "object_type": ref_locator_module.ObjectType is aitune_fast.ObjectType,
         "is_patched": aitune_fast.is_aitune_patched(),
+        "reference_left": leftovers(reference_objects),
+        "ours_in": len(leftovers(names(aitune_fast))),
     }
     registry_users, registry_ignored = aitune_fast._core._type_registry()
     results["carried_over"] = {
@@ -294,6 +342,8 @@ def main_mode(workdir):
         "is_patched": aitune_fast.is_aitune_patched(),
         "late_type_carried_back": LateType in RefLocator._user_types,
         "cache_still_registered": RefLocator._user_types.get(Cache),
+        "ours_left": leftovers(names(aitune_fast)),
+        "reference_in": len(leftovers(reference_objects)),
     }
     results["patched_after_unpatch"] = replay(ait, torch, patched)
     results["patched_keys_after_unpatch"] = [type(k).__module__ for k in patched["mlp"].module.backends]
@@ -314,13 +364,58 @@ def autowrapt_mode(workdir):
     import aitune.torch.module.sample_metadata as sm
     import aitune_fast
 
-    return {"patched": aitune_fast.is_aitune_patched(), "swapped": sm.SampleMetadata is aitune_fast.SampleMetadata}
+    return {
+        "patched": aitune_fast.is_aitune_patched(),
+        "swapped": sm.SampleMetadata is aitune_fast.SampleMetadata,
+        "reference_left": leftovers(aitune_fast.patch._state.reference.values()),
+    }
+
+
+def early_mode(workdir):
+    """patch_aitune() before AITune is imported: the import hook swaps the names as modules load."""
+    import aitune_fast
+
+    aitune_fast.patch_aitune()
+    import aitune.torch as ait
+    import torch
+
+    # a module imported after the patch: drop one AITune has loaded (it imports SampleMetadata and InfoLevel by
+    # name) and import it again; the import hook must swap its names as it loads
+    late = "aitune.torch.kernel_forge.kernel_utils"
+    before = sys.modules.pop(late, None)
+    ku = importlib.import_module(late)
+
+    metadata_names = ("SampleMetadata", "ExactSampleMetadata", "TensorSpec", "Locator", "InfoLevel", "ObjectType")
+    defined = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("aitune."):
+            for attribute, value in list(vars(module).items()):
+                if attribute in metadata_names and isinstance(value, type):
+                    if value.__module__.startswith("aitune.torch.module."):
+                        defined.append(f"{name}.{attribute}")
+    mlp, _, _ = models()
+    from aitune.torch.backend import TorchEagerBackend
+
+    s = ait.OneBackendStrategy(TorchEagerBackend())
+    s.enable_performance_validation(False)
+    s.enable_find_max_batch_size(False)
+    m = ait.Module(mlp(), "mlp-early", strategy=s)
+    ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+    key = next(iter(m.module.backends))
+    return {
+        "reference_left": leftovers(aitune_fast.patch._state.reference.values()),
+        "reference_classes_defined": sorted(defined),
+        "late_module_is_new": ku is not before,
+        "late_module_swapped": ku.SampleMetadata is aitune_fast.SampleMetadata
+        and ku.InfoLevel is aitune_fast.InfoLevel,
+        "mlp": {"key_type": type(key).__module__, "batch_axis": key.has_batch_axis()},
+    }
 
 
 if __name__ == "__main__":
     mode, workdir = sys.argv[1], sys.argv[2]
     try:
-        out = {"main": main_mode, "stock": stock_mode, "autowrapt": autowrapt_mode}[mode](workdir)
+        out = {"main": main_mode, "stock": stock_mode, "autowrapt": autowrapt_mode, "early": early_mode}[mode](workdir)
     except BaseException:  # noqa: BLE001
         out = {"error": traceback.format_exc()}
     sys.stdout.flush()

@@ -90,9 +90,14 @@ def test_llm_phase_follows_aitunes_config(main_run):
 
 
 def test_names_swapped_and_restored(main_run):
-    assert main_run["swapped"] == {"tuned_module": True, "locator": True, "object_type": True, "is_patched": True}
+    swapped = main_run["swapped"]
+    assert swapped["tuned_module"] and swapped["locator"] and swapped["object_type"] and swapped["is_patched"]
+    assert swapped["reference_left"] == []  # no loaded aitune module still holds AITune's objects
+    assert swapped["ours_in"] > 20  # tuned_module, wrapper_module, graph_spec, correctness, shapes, ...
     restored = main_run["restored"]
     assert restored["tuned_module"] and restored["locator"] and not restored["is_patched"]
+    assert restored["ours_left"] == []
+    assert restored["reference_in"] == swapped["ours_in"]
 
 
 def test_registrations_carry_over_and_back(main_run):
@@ -142,7 +147,16 @@ def test_patched_checkpoints_load_in_stock_aitune_without_aitune_fast(main_run, 
 
 def test_autowrapt_bootstrap_patches_aitune(main_run, workdir):
     out = _run_child("autowrapt", workdir, AUTOWRAPT_BOOTSTRAP="aitune_fast")
-    assert out == {"patched": True, "swapped": True}
+    assert out == {"patched": True, "swapped": True, "reference_left": []}
+
+
+def test_patch_before_import_patches_modules_as_they_load(main_run, workdir):
+    out = _run_child("early", workdir)
+    assert out["reference_left"] == []
+    assert out["reference_classes_defined"] == []  # AITune's metadata classes never reached any module's names
+    assert out["late_module_is_new"] is True
+    assert out["late_module_swapped"] is True
+    assert out["mlp"] == {"key_type": "aitune_fast.sample_metadata", "batch_axis": True}
 
 
 # ------------------------------------------------------------------------- describe() levels (no AITune needed)

@@ -69,7 +69,7 @@ class _State:
         self.reference: dict[str, Any] = {}  # name -> AITune's object
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(AITune's object) -> (it, ours)
         self.swapped: list[tuple[Any, str, Any]] = []  # (module, attribute, AITune's object)
-        self.seen: set[str] = set()  # modules already swapped
+        self.seen: dict[str, Any] = {}  # module name -> the module object already swapped
         self.finder: _Finder | None = None
         self.registry_at_patch: tuple[dict[type, bool], set[type]] | None = None
         self.to_dict_wrapped: tuple[type, Any] | None = None
@@ -162,14 +162,14 @@ def _learn_definitions(module: Any) -> None:
 def _on_loaded(module: Any) -> None:
     """Swap AITune's objects for ours in a freshly loaded (or already loaded) ``aitune`` module."""
     name = getattr(module, "__name__", None)
-    if not isinstance(name, str) or name in _state.seen:
+    if not isinstance(name, str) or _state.seen.get(name) is module:
         return
     if name in _DEFINITIONS:
         _learn_definitions(module)
     namespace = getattr(module, "__dict__", None)
     if namespace is None:
         return
-    _state.seen.add(name)
+    _state.seen[name] = module
     for attribute, value in list(namespace.items()):
         pair = _state.by_id.get(id(value))
         if pair is not None and pair[0] is value:

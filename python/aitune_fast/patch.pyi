@@ -1,0 +1,23 @@
+"""Run a stock AITune (``aitune`` 0.6.0) on aitune_fast."""
+
+from typing import Any
+
+def patch_aitune() -> None:
+    """Make every loaded ``aitune`` module, and any imported later, use aitune_fast's ``SampleMetadata``,
+    ``ExactSampleMetadata``, ``TensorSpec``, ``Locator``, ``InfoLevel``, ``ObjectType`` and ``batch_tensor``.
+
+    Also: the core reads AITune's ``global_context`` and ``config``; AITune's ``Locator`` registrations carry
+    over; live tuned modules' backend keys are converted; ``aitune.torch.save`` writes AITune's pickled
+    metadata layout. Idempotent. ImportError when ``aitune`` is not installed.
+    """
+
+def unpatch_aitune() -> None:
+    """Restore stock AITune exactly: its objects everywhere, its registry updated with the registrations
+    made while patched, live backend keys converted back. Idempotent."""
+
+def is_aitune_patched() -> bool:
+    """Whether ``patch_aitune()`` is in effect."""
+
+def reference_dict(md: Any) -> dict[str, Any]:
+    """What AITune's ``SampleMetadata.to_dict()`` writes for `md` (pickled AITune objects); needs the patch to
+    have seen AITune's classes."""
