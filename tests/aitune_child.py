@@ -329,6 +329,7 @@ def main_mode(workdir):
     patched = run_all(ait, torch, "patched", workdir, results)
     results["patched_jit"] = jit_run(ait, torch)
     results["stock_ckpt_under_patch"] = load_all(ait, torch, "stock", workdir)
+    results["patched_ckpt_under_patch"] = load_all(ait, torch, "patched", workdir)
 
     class LateType:
         pass

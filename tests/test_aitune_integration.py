@@ -134,6 +134,14 @@ def test_patched_process_loads_stock_checkpoints(main_run):
         assert loaded[model] == main_run["stock"][model]["out"]
 
 
+def test_patched_checkpoints_load_under_patch(main_run):
+    """AITune's pickled layout written by the patch, read back by aitune_fast's restricted reader."""
+    loaded = main_run["patched_ckpt_under_patch"]
+    assert loaded["llm_cp_type"] == "aitune_fast.sample_metadata"
+    for model in ("mlp", "llm_cp", "llm"):
+        assert loaded[model] == main_run["patched"][model]["out"]
+
+
 def test_patched_checkpoints_load_in_stock_aitune_without_aitune_fast(main_run, workdir):
     out = _run_child("stock", workdir)
     assert out["aitune_fast_importable"] is False
@@ -159,7 +167,21 @@ def test_patch_before_import_patches_modules_as_they_load(main_run, workdir):
     assert out["mlp"] == {"key_type": "aitune_fast.sample_metadata", "batch_axis": True}
 
 
-# ------------------------------------------------------------------------- describe() levels (no AITune needed)
+# ------------------------------------------------------------------------- in this process (no AITune needed)
+
+
+def test_patch_without_aitune_installed_is_a_clear_error(monkeypatch):
+    import importlib.util
+
+    for name in [n for n in sys.modules if n == "aitune" or n.startswith("aitune.")]:
+        monkeypatch.delitem(sys.modules, name)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "aitune" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ImportError, match="needs AITune installed"):
+        aitune_fast.patch_aitune()
+    assert not aitune_fast.is_aitune_patched()
 
 
 class _Foreign(enum.Enum):
