@@ -17,6 +17,9 @@ MAX_DEPTH: int
 HAS_TORCH_SHIM: bool
 """Whether the C++ shim that reads tensor sizes without Python calls was compiled in."""
 
+def _type_registry() -> tuple[dict[type, bool], list[type]]:
+    """The registered user types (with `only_tensors`) and the ignored types; for `aitune_fast.patch`."""
+
 Accessor = int | str | Any
 
 class Locator:
@@ -88,7 +91,9 @@ class TensorSpec:
     @staticmethod
     def from_tensor(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
         """The spec of `tensor`; multipliers are sizes divided by `batch_size` (NaN when unknown)."""
-    def describe(self, info_level: InfoLevel = ...) -> str: ...
+    def describe(self, info_level: InfoLevel = ...) -> str:
+        """Shape (SHORT), plus dtype (MEDIUM), plus min/max shapes (FULL). Any enum member named SHORT, MEDIUM
+        or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError."""
     def update_shapes_seen(self, other: TensorSpec) -> None:
         """Learn from another sample: changed axes become ``batchN`` (same integer multiplier of
         the batch size) or ``dimN``. ValueError when the ranks differ."""
@@ -137,7 +142,9 @@ class SampleMetadata:
         """JSON text: `to_json_dict()`'s content plus what `from_json` needs for an exact round trip."""
     @staticmethod
     def from_json(text: str) -> SampleMetadata: ...
-    def describe(self, info_level: InfoLevel = ...) -> str: ...
+    def describe(self, info_level: InfoLevel = ...) -> str:
+        """Tensor paths (SHORT) or tables (MEDIUM, FULL). Any enum member named SHORT, MEDIUM or FULL (AITune's
+        `InfoLevel`) is accepted; anything else is a ValueError (the reference renders nothing)."""
     def detected_dynamic_axis(self) -> bool: ...
     def has_batch_axis(self) -> bool: ...
     def update_shapes_seen(self, other: SampleMetadata) -> None:
