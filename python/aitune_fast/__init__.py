@@ -36,6 +36,7 @@ def runtime_info() -> dict[str, Any]:
         "python": platform.python_version(),
     }
 
+
 __all__ = [
     "BATCH_SIZE_KEY",
     "ExactSampleMetadata",
