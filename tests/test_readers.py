@@ -209,13 +209,16 @@ def test_refused_tensors_give_the_reference_results_and_the_reader_backs_off():
 # ============================================================================================== cache_position
 
 
+@pytest.mark.parametrize("python_extent", [False, True], ids=["extent_stable_abi", "extent_python"])
 @pytest.mark.parametrize("case", sorted(rc.CACHE_POSITION_CASES))
-def test_cache_position_reads_never_touch_memory_torch_refuses(case):
+def test_cache_position_reads_never_touch_memory_torch_refuses(case, python_extent):
     """``cache_position`` a view into storage that was freed (``t.untyped_storage().resize_(0)``, offloading and
     FSDP do this) or shrunk (an offset of 400 MB into 8 bytes; half an element left), or an ordinary offset view:
     the reference's phase or its exception (torch's out-of-bounds RuntimeError), never a crash or a read of freed
-    memory. Once a segfault."""
-    r = run_child("reader_cases", "cache_position", case, timeout=120)
+    memory. Once a segfault. The storage extent comes from torch's stable C ABI (torch 2.14+) or from Python."""
+    r = run_child("reader_cases", "cache_position", case, python_extent, timeout=120)
+    if hasattr(torch.Tensor, "__dlpack_c_exchange_api__") and torch.__version__ >= "2.14":
+        assert r["stable_abi_found"], "torch has the stable C ABI functions, yet they were not found"
     assert r["fast"] == r["ref"], r
     assert r["fast_not_strict"] == r["ref"], r
 
