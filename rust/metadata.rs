@@ -1010,8 +1010,11 @@ fn py_view<'py>(
         tensors: Vec::new(),
         others: Vec::new(),
     };
-    for item in tensors.try_iter()? {
-        let (l, s) = pair(&item?, "tensor_data")?;
+    // take the pairs first, as `dict(tensor_data)` does: reading a spec runs Python code (a shape
+    // list's `__iter__`) that may change the list
+    let items = tensors.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    for item in items {
+        let (l, s) = pair(&item, "tensor_data")?;
         let l = l.downcast_into::<Locator>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "tensor_data locators must be aitune_fast.Locator: {e}"

@@ -13,7 +13,6 @@ import sys
 import timeit
 
 import torch
-
 from aitune_fast import Locator, SampleMetadata
 from aitune_fast.bench.workloads import USER_TYPES, llm_decode
 
@@ -32,20 +31,22 @@ def per_call_us(fn, number: int = 2000, repeat: int = 7) -> float:
     return statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
+def measure(inputs: dict) -> tuple:
+    key = SampleMetadata.from_inputs(inputs, strict=True)
+    probe = SampleMetadata.from_inputs(inputs, strict=True)
+    assert key == probe
+    before = (per_call_us(lambda: key == probe), per_call_us(lambda: hash(key)))
+    _ = key.tensor_data, key.other_data  # what AITune's tuning does to its backend keys
+    after = (per_call_us(lambda: key == probe), per_call_us(lambda: hash(key)))
+    _ = probe.tensor_data
+    both = (per_call_us(lambda: key == probe), per_call_us(lambda: hash(probe)))
+    key.tensor_specs[0].shape.append(1)  # a real change: the Python view is read from now on
+    changed = (per_call_us(lambda: key == probe, number=200), per_call_us(lambda: hash(key), number=200))
+    return before, after, both, changed
+
+
 def main() -> int:
-    rows = []
-    for name, inputs in cases().items():
-        key = SampleMetadata.from_inputs(inputs, strict=True)
-        probe = SampleMetadata.from_inputs(inputs, strict=True)
-        assert key == probe
-        before = (per_call_us(lambda: key == probe), per_call_us(lambda: hash(key)))
-        _ = key.tensor_data, key.other_data  # what AITune's tuning does to its backend keys
-        after = (per_call_us(lambda: key == probe), per_call_us(lambda: hash(key)))
-        _ = probe.tensor_data
-        both = (per_call_us(lambda: key == probe), per_call_us(lambda: hash(probe)))
-        key.tensor_specs[0].shape.append(1)  # a real change: the Python view is read from now on
-        changed = (per_call_us(lambda: key == probe, number=200), per_call_us(lambda: hash(key), number=200))
-        rows.append((name, before, after, both, changed))
+    rows = [(name, *measure(inputs)) for name, inputs in cases().items()]
     print(f"{'case':28} {'':6} {'not read':>9} {'key read':>9} {'both read':>9} {'changed':>9}  (µs/call, median)")
     for name, before, after, both, changed in rows:
         for k, what in enumerate(("==", "hash")):
