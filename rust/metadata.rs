@@ -1502,6 +1502,19 @@ impl SampleMetadata {
                 for ((_, before, after), target) in plan.updates.iter().zip(targets) {
                     target.try_borrow()?.write_back(py, before, after)?;
                 }
+                // handed-out specs of a compact metadata: let the compact form learn the same, so
+                // that it keeps serving while the specs say what it says (checked on every use)
+                if let Ok(mut me) = slf.try_borrow_mut() {
+                    if me.is_handed_out() {
+                        if let Data::Compact(c) = &mut me.data {
+                            for (i, _, after) in plan.updates {
+                                if i < c.items.len() {
+                                    c.set_learned(i, after);
+                                }
+                            }
+                        }
+                    }
+                }
             }
             None => {
                 let changed = || {

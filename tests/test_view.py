@@ -42,6 +42,14 @@ def test_update_shapes_seen_survives_its_tensor_data_list_shrinking_midway(trigg
     assert fast["usable"] == ["ok", True]
 
 
+def test_batch_size_queries_on_short_spec_lists_raise_index_error_like_the_reference():
+    """``get_max_batch_size``/``get_min_batch_size`` on a spec whose min/max lists are shorter than its shape raise
+    IndexError, as in the reference (they used to index past the end of the list: a panic)."""
+    r = run_child("view_cases", "short_spec_lists", timeout=120)
+    assert r["fast"] == r["ref"]
+    assert r["fast"][0] == ["raise", "IndexError", True]
+
+
 def test_a_user_built_list_changed_between_calls_is_read_again():
     """Append, remove and replace ``(Locator, TensorSpec)`` pairs of the list a metadata was built from: ``==``,
     ``hash`` and ``tensor_data`` follow the list, as in the reference."""

@@ -252,3 +252,23 @@ def fresh_dtypes(n: int) -> dict:
     spec = TS.from_tensor(t, 2.0)
     bf16 = [str(md.tensor_specs[0].dtype), str(spec.dtype), md.to_json_dict()["tensor_data"][0]["dtype"]]
     return {"errors": errors, "bf16": bf16, "growth_kib": growth_kib}
+
+
+# ============================================================================================== short lists
+
+
+def short_spec_lists() -> dict:
+    """Batch-size queries on a spec whose ``min_shape``/``max_shape`` are shorter than its shape: the reference raises
+    IndexError (``self.max_shape[axis]``); aitune_fast used to index past the end (a panic)."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for name, impl in (("fast", fast()), ("ref", ref())):
+        TS = impl.tensor_spec.TensorSpec
+        spec = TS(["batch0", 3], [], [], torch.float32, [1.0, 3.0])
+        out[name] = [
+            _outcome(spec.get_max_batch_size)[:3],
+            _outcome(spec.get_min_batch_size)[:3],
+            _outcome(spec.get_batch_axis_multipliers),
+        ]
+    return out
