@@ -50,6 +50,17 @@ def test_batch_size_queries_on_short_spec_lists_raise_index_error_like_the_refer
     assert r["fast"][0] == ["raise", "IndexError", True]
 
 
+def test_tensor_data_handed_out_by_code_run_during_update_shapes_seen_is_not_left_behind():
+    """Python code run at the end of ``update_shapes_seen`` (a finalizer) reads ``tensor_data`` of the compact
+    metadata being updated: from then on its specs are the truth, so the call must not teach the compact form
+    alone (the handed-out specs would silently not learn). It raises RuntimeError ("changed during ...") or the
+    specs learn; no panic."""
+    r = run_child("view_cases", "handed_out_during_update", timeout=120)
+    assert r["handed"] == 1, "the finalizer did not run during the call"
+    assert r["result"] == ["raise", "RuntimeError", True] or (r["result"][0] == "ok" and r["shape"] == ["dim0", 3])
+    assert r["hash_ok"]
+
+
 def test_a_user_built_list_changed_between_calls_is_read_again():
     """Append, remove and replace ``(Locator, TensorSpec)`` pairs of the list a metadata was built from: ``==``,
     ``hash`` and ``tensor_data`` follow the list, as in the reference."""

@@ -272,3 +272,46 @@ def short_spec_lists() -> dict:
             _outcome(spec.get_batch_axis_multipliers),
         ]
     return out
+
+
+def handed_out_during_update() -> dict:
+    """``update_shapes_seen`` on a compact metadata, where Python code run at the end of the call (a finalizer of
+    an object the other metadata's list dropped meanwhile) reads ``tensor_data`` of the metadata being updated:
+    its specs are then the truth, so the compact form must not learn alone. The call raises RuntimeError ("changed
+    during update_shapes_seen") or the handed-out specs learn; never a panic, never a silent no-op."""
+    import torch
+
+    F = fast()
+    SM = F.SampleMetadata
+    TS = F.TensorSpec
+    holder: dict[str, Any] = {}
+
+    class Key:
+        def __init__(self, name):
+            self.name = name
+
+        def __eq__(self, other):
+            pairs = holder.get("pairs")
+            if pairs:
+                pairs.clear()  # the only other reference to the spec is now the call's snapshot
+            return isinstance(other, Key) and other.name == self.name
+
+        def __hash__(self):
+            return hash(self.name)
+
+    class Shape(list):
+        def __del__(self):
+            holder["handed"] = len(holder["mine"].tensor_data)
+
+    mine = SM.from_inputs({Key("x"): torch.zeros(2, 3)}, strict=True)
+    holder["mine"] = mine
+    pairs = [(F.Locator(((Key("x"), 1),)), TS(Shape([4, 3]), [4, 3], [4, 3], torch.float32, [NAN, NAN]))]
+    theirs = SM(pairs, ())
+    holder["pairs"] = pairs
+    result = _outcome(lambda: mine.update_shapes_seen(theirs))
+    return {
+        "result": result[:3],
+        "handed": holder.get("handed"),
+        "shape": list(mine.tensor_specs[0].shape),
+        "hash_ok": hash(mine) == hash(mine),
+    }
