@@ -60,6 +60,18 @@ impl Handed {
         })
     }
 
+    /// Visit every reference held here, for the cycle collector.
+    pub fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.pairs)?;
+        for s in &self.specs {
+            visit.call(s)?;
+        }
+        for f in self.fields.iter().flatten() {
+            visit.call(f)?;
+        }
+        Ok(())
+    }
+
     /// Whether every handed-out spec still says what `c` says, as far as `level` reads. No Python
     /// code runs: while no `TensorSpec` field was assigned anywhere since the last look, this reads
     /// the lists as handed out (a type, a length, and for `Shape`/`Full` the values); otherwise it

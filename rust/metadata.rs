@@ -1109,10 +1109,7 @@ impl SampleMetadata {
             visit.call(t)?;
         }
         if let Some(h) = self.handed.get() {
-            visit.call(&h.pairs)?;
-            for s in &h.specs {
-                visit.call(s)?;
-            }
+            h.traverse(&visit)?;
         }
         Ok(())
     }

@@ -248,3 +248,25 @@ def test_a_tensor_with_a_foreign_dtype_is_described_as_in_the_reference(ref, fas
         return md_snap(impl, md), [spec.shape, spec.dtype, spec.describe()]
 
     assert run(fast) == run(ref)
+
+
+def test_a_cycle_through_a_handed_out_spec_list_is_collected(fast):
+    """A handed-out spec's list that refers back to its metadata makes a reference cycle; the metadata reports
+    every reference it keeps (the pairs, the specs, the lists as handed out) to the cycle collector, so the cycle
+    is freed."""
+    import gc
+
+    freed = []
+
+    class Back:
+        def __init__(self, md):
+            self.md = md
+
+        def __del__(self):
+            freed.append(True)
+
+    md = SM(fast).from_inputs({"x": t((2, 3))}, strict=True)
+    md.tensor_specs[0].max_shape.append(Back(md))
+    del md
+    gc.collect()
+    assert freed == [True]
