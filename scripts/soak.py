@@ -1,7 +1,8 @@
 """A long-running soak: dispatch, JSON round trips and update_shapes_seen, RSS sampled as it goes.
 
 Issue 11: a process that serves for days must not grow. One call here is one of each:
-- a dispatch: `SampleMetadata.from_inputs(inputs, strict=True)` and a dict lookup of the backend key;
+- a dispatch: `SampleMetadata.from_inputs(inputs, strict=True)` and a dict lookup of the backend key (every
+  other call again after reading the new metadata's `tensor_data`);
 - `to_json` -> `from_json` and `to_dict` -> `from_dict` of that metadata;
 - `update_shapes_seen` of a learning metadata with the next batch size (1..8, changing every call);
 - a `TensorSpec.from_dict(json.loads(...))` with a fresh `str` dtype (a service reading documents) and its
@@ -63,6 +64,9 @@ def main() -> int:
     for i in range(1, args.calls + 1):
         md = SampleMetadata.from_inputs(samples[i % 8], strict=True, batch_size=i % 8 + 1)
         backends.get(md)
+        if i % 2:
+            md.tensor_data  # noqa: B018 - the handed-out view, then a dispatch against it
+            backends.get(md)
         assert SampleMetadata.from_json(md.to_json()) == md
         assert SampleMetadata.from_dict(md.to_dict()) == md
         learner.update_shapes_seen(md)
