@@ -72,7 +72,7 @@ use crate::json_text::{self as jt, JNum, JStr, Parser, Tok, MAX_NESTING};
 use crate::locator::{path_eq, py_int_hash, Accessor, Arena, DisplayCache, Kind, Locator, ROOT};
 use crate::metadata::{Compact, Loc, SampleMetadata, View};
 use crate::str_sink::{StrSink, CHUNK};
-use crate::tensor_spec::{dtype_id, dtype_obj, multiplier, Dim, Spec, TensorSpec};
+use crate::tensor_spec::{dtype_id, dtype_obj, multiplier, Dim, Spec, TensorSpec, FOREIGN_DTYPE};
 
 pub const FORMAT: &str = "aitune_fast.sample_metadata";
 pub const FORMAT_TENSORS: &str = "aitune_fast.sample_metadata.tensor_data";
@@ -615,6 +615,17 @@ impl<'py> Enc<'py> {
         Ok(parent_row)
     }
 
+    /// [`Enc::dtype`] for tensor `i` of `v`, whose dtype may be one the table does not hold.
+    fn dtype_of(&mut self, v: &View<'_, '_>, i: usize, id: u16) -> PyResult<()> {
+        if id == FOREIGN_DTYPE {
+            return Err(PyTypeError::new_err(format!(
+                "its dtype {} is not a torch.dtype (nor None)",
+                v.dtype_repr(self.py, i)
+            )));
+        }
+        self.dtype(id)
+    }
+
     fn dtype(&mut self, id: u16) -> PyResult<()> {
         let i = id as usize;
         if self.dtypes.len() <= i {
@@ -720,7 +731,7 @@ impl<'py> Enc<'py> {
         self.out.push_str(",\"max_shape\":");
         self.ints(&s.max);
         self.out.push_str(",\"dtype\":");
-        self.dtype(s.dtype)?;
+        self.dtype_of(v, i, s.dtype)?;
         self.out.push_str(",\"bs_multipliers\":");
         self.floats(s.mult.iter().copied());
         Ok(())
@@ -876,7 +887,7 @@ impl<'py> Enc<'py> {
                     if !table.is_empty() {
                         self.out.push(',');
                     }
-                    if let Err(e) = self.dtype(id) {
+                    if let Err(e) = self.dtype_of(v, i, id) {
                         return Err(self.entry_error(v, true, i, e, what));
                     }
                     table.push(id);

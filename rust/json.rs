@@ -6,7 +6,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 
 use crate::interp::interp;
 use crate::locator::{Accessor, Arena};
-use crate::metadata::{Data, SampleMetadata, View};
+use crate::metadata::{SampleMetadata, View};
 use crate::tensor_spec::{dim_list, dtype_str};
 
 /// Whether `json_serialize` returns `v` itself.
@@ -115,7 +115,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         Some(p) => p.bind(py).clone(),
         None => py.None().into_bound(py),
     };
-    if let Data::Py { tensors, others } = &md.data {
+    if let Some((tensors, others)) = md.py_parts(py)? {
         // user-built or handed-out specs may hold anything: render exactly as the reference does
         let tensor_rows = PyList::empty(py);
         for item in tensors.bind(py).try_iter()? {
@@ -164,7 +164,9 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     }
     let v = md.view(py)?;
     let View::C(c) = &v else {
-        unreachable!("compact data gives a compact view")
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "SampleMetadata changed during to_json_dict",
+        ));
     };
     let keys = [
         PyString::intern(py, "access_path"),

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 pub mod encoding;
+pub mod handed;
 pub mod interp;
 pub mod json;
 pub mod json_text;

@@ -2,26 +2,28 @@
 //!
 //! Metadata built by a walk is *compact*: one path arena, a 12-byte record per tensor, its sizes in
 //! a shared pool, and the non-tensor leaves. No Python object is made per tensor until the caller
-//! asks for `tensor_data`; at that moment the metadata switches to holding the Python
-//! `(Locator, TensorSpec)` pairs it handed out, which from then on are the truth (so mutating a
-//! spec's lists changes the metadata, as in the reference). Every operation reads either form
-//! through [`View`].
+//! asks for `tensor_data`; the Python `(Locator, TensorSpec)` pairs it then hands out are kept
+//! (once, in a cell: reading them needs no exclusive access) and from then on are the truth (so
+//! mutating a spec's lists changes the metadata, as in the reference). The compact form stays
+//! beside them and serves every operation while the specs still hold what it holds (see
+//! `handed.rs`). Every operation reads either form through [`View`].
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::OnceLock;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
+use crate::handed::{Handed, Level};
 use crate::interp::{context_batch_size, info_level_index, interp, transformers_integration};
 use crate::locator::{
     hash_to_isize, mix, path_eq, py_int_hash, rich_eq, Accessor, Arena, Kind, Locator, ROOT,
 };
 use crate::registry::TypeInfo;
-use crate::tensor_spec::{dim_list, read_tensor, DtypeMemo, Spec, TensorSpec};
+use crate::tensor_spec::{dim_list, read_tensor, DtypeMemo, Spec, TensorSpec, FOREIGN_DTYPE};
 use crate::traversal::{walk, Visitor};
 
 /// One tensor of a compact metadata.
@@ -101,23 +103,35 @@ impl Compact {
 
     /// New `(Locator, TensorSpec)` pairs for the tensors (Python objects the caller asked for).
     pub fn tensor_pairs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Ok(self.hand_out(py)?.0)
+    }
+
+    /// [`Compact::tensor_pairs`], with the specs in order.
+    fn hand_out<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Vec<Py<TensorSpec>>)> {
         let mut pairs = Vec::with_capacity(self.items.len());
+        let mut specs = Vec::with_capacity(self.items.len());
         for i in 0..self.items.len() {
             let loc = Bound::new(
                 py,
                 Locator::new_in(self.arena.clone(), self.items[i].node, self.is_output),
             )?;
             let spec = Bound::new(py, TensorSpec::from_spec(py, &self.spec(i))?)?;
+            specs.push(spec.clone().unbind());
             pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
         }
-        PyTuple::new(py, pairs)
+        Ok((PyTuple::new(py, pairs)?, specs))
     }
 
     pub fn set_learned(&mut self, i: usize, spec: Spec) {
-        if self.learned.is_empty() {
+        if self.learned.len() < self.items.len() {
             self.learned.resize_with(self.items.len(), || None);
         }
-        self.learned[i] = Some(Box::new(spec));
+        if let Some(slot) = self.learned.get_mut(i) {
+            *slot = Some(Box::new(spec));
+        }
     }
 }
 
@@ -202,6 +216,21 @@ impl<'a, 'py> View<'a, 'py> {
             View::C(c) => c.spec(i),
             View::P(p) => Cow::Borrowed(&p.tensors[i].2),
         }
+    }
+    /// `repr()` of the dtype object of tensor `i` (for messages; a compact one is in the table).
+    pub fn dtype_repr(&self, py: Python<'py>, i: usize) -> String {
+        let obj = match self {
+            View::C(c) => c
+                .items
+                .get(i)
+                .map(|it| crate::tensor_spec::dtype_obj(py, it.dtype)),
+            View::P(p) => p
+                .tensors
+                .get(i)
+                .and_then(|t| t.1.try_borrow().ok().map(|s| s.dtype.bind(py).clone())),
+        };
+        obj.and_then(|o| o.repr().ok().map(|r| r.to_string()))
+            .unwrap_or_default()
     }
     /// Whether each path occurs once (true for anything built by a walk).
     fn unique(&self) -> bool {
@@ -467,7 +496,7 @@ struct Builder {
     cache_position: Option<Py<PyAny>>,
     scratch: Vec<i64>,
     dtypes: DtypeMemo,
-    /// a tensor with symbolic sizes was met
+    /// a tensor with symbolic sizes, or a dtype that is not a torch.dtype, was met
     symbolic: bool,
 }
 
@@ -514,6 +543,11 @@ impl Visitor for Builder {
                 self.symbolic = true; // `build` starts over with Python specs
                 return Ok(());
             };
+            if dtype == FOREIGN_DTYPE {
+                // not a torch dtype: only a Python spec can hold it
+                self.symbolic = true;
+                return Ok(());
+            }
             let dims = std::mem::take(&mut self.scratch);
             self.c.push_tensor(node, &dims, dtype)?;
             self.scratch = dims;
@@ -661,7 +695,10 @@ pub struct SampleMetadata {
     pub data: Data,
     pub strict: bool,
     pub llm_phase: Option<Py<PyAny>>,
-    other_cache: Option<Py<PyTuple>>,
+    /// compact metadata: the `(Locator, value)` pairs `other_data` handed out
+    other_cache: OnceLock<Py<PyTuple>>,
+    /// compact metadata: the `(Locator, TensorSpec)` pairs `tensor_data` handed out
+    handed: OnceLock<Handed>,
 }
 
 impl SampleMetadata {
@@ -674,7 +711,8 @@ impl SampleMetadata {
             data,
             strict,
             llm_phase,
-            other_cache: None,
+            other_cache: OnceLock::new(),
+            handed: OnceLock::new(),
         }
     }
 
@@ -686,28 +724,54 @@ impl SampleMetadata {
         strict: bool,
         llm_phase: Option<Py<PyAny>>,
     ) -> SampleMetadata {
-        SampleMetadata {
-            data: Data::Py { tensors, others },
-            strict,
-            llm_phase,
-            other_cache: None,
-        }
+        Self::from_data(Data::Py { tensors, others }, strict, llm_phase)
     }
 
+    /// The form every operation reads: the compact one while it says what the Python view (if
+    /// one was handed out) says, the Python objects otherwise.
     pub fn view<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<View<'a, 'py>> {
+        self.view_at(py, Level::Full)
+    }
+
+    /// [`SampleMetadata::view`] for an operation that reads only `level` of each spec.
+    fn view_at<'a, 'py>(&'a self, py: Python<'py>, level: Level) -> PyResult<View<'a, 'py>> {
         match &self.data {
-            Data::Compact(c) => Ok(View::C(c)),
+            Data::Compact(c) => match self.handed.get() {
+                Some(h) if !h.intact(py, c, level) => self.handed_view(py, h),
+                _ => Ok(View::C(c)),
+            },
             Data::Py { tensors, others } => {
                 Ok(View::P(py_view(py, tensors.bind(py), others.bind(py))?))
             }
         }
     }
 
-    fn others_tuple<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// The Python objects of a compact metadata whose tensors were handed out.
+    fn handed_view<'a, 'py>(&'a self, py: Python<'py>, h: &Handed) -> PyResult<View<'a, 'py>> {
+        let others = self.others_tuple(py)?;
+        Ok(View::P(py_view(py, h.pairs.bind(py).as_any(), &others)?))
+    }
+
+    /// The Python pairs to read instead of the compact form, if any: those of a user-built
+    /// metadata, or handed-out ones that were changed.
+    pub fn py_parts(&self, py: Python<'_>) -> PyResult<Option<(Py<PyAny>, Py<PyAny>)>> {
+        match &self.data {
+            Data::Py { tensors, others } => Ok(Some((tensors.clone_ref(py), others.clone_ref(py)))),
+            Data::Compact(c) => match self.handed.get() {
+                Some(h) if !h.intact(py, c, Level::Full) => Ok(Some((
+                    h.pairs.clone_ref(py).into_any(),
+                    self.others_tuple(py)?.unbind(),
+                ))),
+                _ => Ok(None),
+            },
+        }
+    }
+
+    fn others_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match &self.data {
             Data::Py { others, .. } => Ok(others.bind(py).clone()),
             Data::Compact(c) => {
-                if let Some(t) = &self.other_cache {
+                if let Some(t) = self.other_cache.get() {
                     return Ok(t.bind(py).clone().into_any());
                 }
                 let pairs = c
@@ -720,47 +784,40 @@ impl SampleMetadata {
                     })
                     .collect::<PyResult<Vec<_>>>()?;
                 let t = PyTuple::new(py, pairs)?;
-                self.other_cache = Some(t.clone().unbind());
-                Ok(t.into_any())
+                // another thread may have made them meanwhile (Python code ran): keep the first
+                let _ = self.other_cache.set(t.clone().unbind());
+                match self.other_cache.get() {
+                    Some(first) => Ok(first.bind(py).clone().into_any()),
+                    None => Ok(t.into_any()),
+                }
             }
         }
     }
 
-    /// Hand out Python objects for the tensors; from now on they are what this metadata holds.
-    fn materialize<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        if let Data::Py { tensors, .. } = &self.data {
-            return Ok(tensors.bind(py).clone());
+    /// The `(Locator, TensorSpec)` pairs: made once for compact metadata, then the same objects.
+    fn tensors_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = match &self.data {
+            Data::Py { tensors, .. } => return Ok(tensors.bind(py).clone()),
+            Data::Compact(c) => c,
+        };
+        if let Some(h) = self.handed.get() {
+            return Ok(h.pairs.bind(py).clone().into_any());
         }
-        let others = self.others_tuple(py)?.unbind();
-        let Data::Compact(c) = &self.data else {
-            unreachable!()
-        };
-        let tuple = c.tensor_pairs(py)?.into_any();
-        self.data = Data::Py {
-            tensors: tuple.clone().unbind(),
-            others,
-        };
-        self.other_cache = None;
-        Ok(tuple)
+        self.others_tuple(py)?; // handed-out views read `other_data` as handed out too
+        let (pairs, specs) = c.hand_out(py)?;
+        // another thread may have made them meanwhile (Python code ran): keep the first
+        let _ = self
+            .handed
+            .set(Handed::new(py, pairs.clone().unbind(), specs)?);
+        match self.handed.get() {
+            Some(first) => Ok(first.pairs.bind(py).clone().into_any()),
+            None => Ok(pairs.into_any()),
+        }
     }
 
-    /// `update_shapes_seen` once the tensors are known to line up one to one.
-    fn merge_aligned(slf: &Bound<'_, Self>, other: &Bound<'_, SampleMetadata>) -> PyResult<()> {
-        let them = other.try_borrow()?;
-        let mut me = slf.try_borrow_mut()?;
-        let (Data::Compact(c), Data::Compact(d)) = (&mut me.data, &them.data) else {
-            unreachable!("aligned_tensors only accepts compact metadata")
-        };
-        for i in 0..c.items.len() {
-            if c.learned(i).is_none() && d.learned(i).is_none() && c.dims_of(i) == d.dims_of(i) {
-                continue; // same sizes: nothing to learn
-            }
-            let mut s = c.spec(i).into_owned();
-            if s.merge(&d.spec(i))? {
-                c.set_learned(i, s);
-            }
-        }
-        Ok(())
+    /// Whether `tensor_data` was handed out (its specs are then the truth).
+    fn is_handed_out(&self) -> bool {
+        self.handed.get().is_some()
     }
 
     pub fn equal(&self, py: Python<'_>, other: &SampleMetadata, exact: bool) -> PyResult<bool> {
@@ -772,7 +829,9 @@ impl SampleMetadata {
                 };
             }
         }
-        let (a, b) = (self.view(py)?, other.view(py)?);
+        // the plain kind reads only ranks, the exact kind shapes
+        let level = if exact { Level::Shape } else { Level::Rank };
+        let (a, b) = (self.view_at(py, level)?, other.view_at(py, level)?);
         let unique = a.unique() && b.unique();
         let mut tensors_checked = false;
         if let (false, View::C(x), View::C(y)) = (exact, &a, &b) {
@@ -823,7 +882,7 @@ impl SampleMetadata {
                 return p.bind(py).hash();
             }
         }
-        let v = self.view(py)?;
+        let v = self.view_at(py, if exact { Level::Shape } else { Level::Rank })?;
         let unique = v.unique();
         let lt = |i: usize| v.tensor_loc(i);
         let tensor_part = match (&v, exact) {
@@ -890,6 +949,45 @@ impl SampleMetadata {
     }
 }
 
+/// What `update_shapes_seen` will write: `(index, spec before, spec after)` for each tensor of
+/// `self` that learns something, and for Python specs the objects to write into.
+struct Plan<'py> {
+    updates: Vec<(usize, Spec, Spec)>,
+    /// `None` for compact metadata
+    targets: Option<Vec<Bound<'py, TensorSpec>>>,
+}
+
+impl<'py> Plan<'py> {
+    fn new(a: &View<'_, 'py>, b: &View<'_, 'py>, merges: Vec<(usize, usize)>) -> PyResult<Self> {
+        let mut updates = Vec::new();
+        let mut targets = match a {
+            View::C(_) => None,
+            View::P(_) => Some(Vec::new()),
+        };
+        for (i, j) in merges {
+            if i >= a.n_tensors() || j >= b.n_tensors() {
+                continue; // cannot happen: indices come from the same snapshots
+            }
+            if let (View::C(x), View::C(y)) = (a, b) {
+                if x.learned(i).is_none() && y.learned(j).is_none() && x.dims_of(i) == y.dims_of(j)
+                {
+                    continue; // same sizes: nothing to learn
+                }
+            }
+            let before = a.spec(i).into_owned();
+            let mut after = before.clone();
+            if !after.merge(&b.spec(j))? {
+                continue;
+            }
+            if let (Some(t), View::P(p)) = (&mut targets, a) {
+                t.push(p.tensors[i].1.clone());
+            }
+            updates.push((i, before, after));
+        }
+        Ok(Plan { updates, targets })
+    }
+}
+
 fn pair<'py>(
     item: &Bound<'py, PyAny>,
     what: &str,
@@ -912,8 +1010,11 @@ fn py_view<'py>(
         tensors: Vec::new(),
         others: Vec::new(),
     };
-    for item in tensors.try_iter()? {
-        let (l, s) = pair(&item?, "tensor_data")?;
+    // take the pairs first, as `dict(tensor_data)` does: reading a spec runs Python code (a shape
+    // list's `__iter__`) that may change the list
+    let items = tensors.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    for item in items {
+        let (l, s) = pair(&item, "tensor_data")?;
         let l = l.downcast_into::<Locator>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "tensor_data locators must be aitune_fast.Locator: {e}"
@@ -981,7 +1082,8 @@ impl SampleMetadata {
                 None => false,
             },
             llm_phase: llm_phase.filter(|p| !p.is_none(py)),
-            other_cache: None,
+            other_cache: OnceLock::new(),
+            handed: OnceLock::new(),
         })
     }
 
@@ -1001,8 +1103,11 @@ impl SampleMetadata {
         if let Some(p) = &self.llm_phase {
             visit.call(p)?;
         }
-        if let Some(t) = &self.other_cache {
+        if let Some(t) = self.other_cache.get() {
             visit.call(t)?;
+        }
+        if let Some(h) = self.handed.get() {
+            h.traverse(&visit)?;
         }
         Ok(())
     }
@@ -1010,7 +1115,8 @@ impl SampleMetadata {
     fn __clear__(&mut self) {
         self.data = Data::Compact(Compact::new(Arena::new(), false));
         self.llm_phase = None;
-        self.other_cache = None;
+        self.other_cache = OnceLock::new();
+        self.handed = OnceLock::new();
     }
 
     /// Describe `inputs` (forward arguments keyed by parameter name). In strict mode non-tensor
@@ -1080,8 +1186,8 @@ impl SampleMetadata {
     fn __copy__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let (tensors, others, strict, phase) = {
-            let mut me = slf.try_borrow_mut()?;
-            let tensors = me.materialize(py)?;
+            let me = slf.try_borrow()?;
+            let tensors = me.tensors_tuple(py)?;
             let others = me.others_tuple(py)?;
             let phase = match &me.llm_phase {
                 Some(p) => p.bind(py).clone(),
@@ -1098,11 +1204,12 @@ impl SampleMetadata {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let mut me = slf.try_borrow_mut()?;
+        let me = slf.try_borrow()?;
         let others = me.others_tuple(py)?;
-        let tensors = match &me.data {
-            Data::Py { tensors, .. } => tensors.bind(py).clone(),
-            Data::Compact(c) => c.tensor_pairs(py)?.into_any(),
+        let tensors = match (&me.data, me.handed.get()) {
+            (Data::Py { tensors, .. }, _) => tensors.bind(py).clone(),
+            (Data::Compact(_), Some(h)) => h.pairs.bind(py).clone().into_any(),
+            (Data::Compact(c), None) => c.tensor_pairs(py)?.into_any(),
         };
         let phase = match &me.llm_phase {
             Some(p) => p.bind(py).clone(),
@@ -1269,20 +1376,20 @@ impl SampleMetadata {
 
     /// `((Locator, value), ...)` for the non-tensor leaves (strict mode).
     #[getter]
-    fn other_data<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn other_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.others_tuple(py)
     }
 
     /// `((Locator, TensorSpec), ...)`. The specs are live: changing them changes this metadata.
     #[getter]
-    fn tensor_data<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.materialize(py)
+    fn tensor_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.tensors_tuple(py)
     }
 
     /// The tensor specs, in order.
     #[getter]
-    fn tensor_specs<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let td = self.materialize(py)?;
+    fn tensor_specs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let td = self.tensors_tuple(py)?;
         let out = PyList::empty(py);
         for item in td.try_iter()? {
             out.append(pair(&item?, "tensor_data")?.1)?;
@@ -1316,84 +1423,104 @@ impl SampleMetadata {
                 Self::describe(other, Some(full))?
             )))
         };
-        let merges: Option<Vec<(usize, usize)>> = {
+        // every index below refers to the snapshots `a` and `b`: Python code that runs meanwhile (a
+        // key's `__eq__`, a list's `__iter__`, another thread) may change the metadata's lists, and
+        // what changed in the compact form is checked again before it is written
+        let plan: Option<Plan<'_>> = {
             let me = slf.try_borrow()?;
             let them = other.try_borrow()?;
-            let (a, b) = (me.view(py)?, them.view(py)?);
+            // handed-out specs are the truth: they are the ones that learn
+            let a = match (&me.data, me.handed.get()) {
+                (Data::Compact(_), Some(h)) => me.handed_view(py, h)?,
+                _ => me.view(py)?,
+            };
+            let b = them.view(py)?;
             let aligned = match (&a, &b) {
                 (View::C(x), View::C(y)) => aligned_tensors(py, x, y)?,
                 _ => None,
             };
-            if let Some(ranks_equal) = aligned {
-                drop((a, b));
-                drop((me, them));
-                if !ranks_equal {
-                    return Err(mismatch()?);
+            let merges: Option<Vec<(usize, usize)>> = match aligned {
+                Some(false) => None,
+                Some(true) => Some((0..a.n_tensors()).map(|i| (i, i)).collect()),
+                None => {
+                    let unique = a.unique() && b.unique();
+                    let la = |i: usize| a.tensor_loc(i);
+                    let lb = |i: usize| b.tensor_loc(i);
+                    // the aligned fast path may hand over a prefix before the general path runs:
+                    // keep the last
+                    let mut partner: Vec<Option<usize>> = vec![None; a.n_tensors()];
+                    let mut collect = |i: usize, j: usize| -> PyResult<bool> {
+                        if let Some(slot) = partner.get_mut(i) {
+                            *slot = Some(j);
+                        }
+                        Ok(a.rank(i) == b.rank(j))
+                    };
+                    if dict_eq(
+                        py,
+                        a.n_tensors(),
+                        &la,
+                        b.n_tensors(),
+                        &lb,
+                        unique,
+                        &mut collect,
+                    )? {
+                        Some(
+                            partner
+                                .iter()
+                                .enumerate()
+                                .filter_map(|(i, j)| j.map(|j| (i, j)))
+                                .collect(),
+                        )
+                    } else {
+                        None
+                    }
                 }
-                return Self::merge_aligned(slf, other);
-            }
-            let unique = a.unique() && b.unique();
-            let la = |i: usize| a.tensor_loc(i);
-            let lb = |i: usize| b.tensor_loc(i);
-            // the aligned fast path may hand over a prefix before the general path runs: keep the last
-            let mut partner: Vec<Option<usize>> = vec![None; a.n_tensors()];
-            let mut collect = |i: usize, j: usize| -> PyResult<bool> {
-                partner[i] = Some(j);
-                Ok(a.rank(i) == b.rank(j))
             };
-            if !dict_eq(
-                py,
-                a.n_tensors(),
-                &la,
-                b.n_tensors(),
-                &lb,
-                unique,
-                &mut collect,
-            )? {
-                None
-            } else {
-                Some(
-                    partner
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, j)| j.map(|j| (i, j)))
-                        .collect(),
-                )
+            match merges {
+                Some(merges) => Some(Plan::new(&a, &b, merges)?),
+                None => None,
             }
         };
-        let Some(merges): Option<Vec<(usize, usize)>> = merges else {
+        let Some(plan) = plan else {
             return Err(mismatch()?);
         };
-        let them = other.try_borrow()?;
-        let b = them.view(py)?;
-        let mut me = slf.try_borrow_mut()?;
-        match &mut me.data {
-            Data::Compact(c) => {
-                for (i, j) in merges {
-                    if c.learned(i).is_none() {
-                        if let View::C(bc) = &b {
-                            if bc.learned(j).is_none() && c.dims_of(i) == bc.dims_of(j) {
-                                continue; // same sizes: nothing to learn
+        match plan.targets {
+            Some(targets) => {
+                for ((_, before, after), target) in plan.updates.iter().zip(targets) {
+                    target.try_borrow()?.write_back(py, before, after)?;
+                }
+                // handed-out specs of a compact metadata: let the compact form learn the same, so
+                // that it keeps serving while the specs say what it says (checked on every use)
+                if let Ok(mut me) = slf.try_borrow_mut() {
+                    if me.is_handed_out() {
+                        if let Data::Compact(c) = &mut me.data {
+                            for (i, _, after) in plan.updates {
+                                if i < c.items.len() {
+                                    c.set_learned(i, after);
+                                }
                             }
                         }
                     }
-                    let mut s = c.spec(i).into_owned();
-                    if s.merge(&b.spec(j))? {
-                        c.set_learned(i, s);
-                    }
                 }
             }
-            Data::Py { tensors, others } => {
-                let a = py_view(py, tensors.bind(py), others.bind(py))?;
-                for (i, j) in merges {
-                    let before = &a.tensors[i].2;
-                    let mut after = before.clone();
-                    if after.merge(&b.spec(j))? {
-                        a.tensors[i]
-                            .1
-                            .try_borrow()?
-                            .write_back(py, before, &after)?;
+            None => {
+                let changed = || {
+                    PyRuntimeError::new_err(
+                        "SampleMetadata changed during update_shapes_seen (by code that ran meanwhile)",
+                    )
+                };
+                let mut me = slf.try_borrow_mut()?;
+                if me.is_handed_out() {
+                    return Err(changed());
+                }
+                let Data::Compact(c) = &mut me.data else {
+                    return Err(changed());
+                };
+                for (i, _, after) in plan.updates {
+                    if i >= c.items.len() {
+                        return Err(changed());
                     }
+                    c.set_learned(i, after);
                 }
             }
         }

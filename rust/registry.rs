@@ -296,6 +296,7 @@ pub fn class_fields(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<Clas
         set,
         std_dict: standard_dict(py, ty)?,
     });
-    with_registry(|r| r.class_fields.entry(key).or_insert(fields).clone());
-    Ok(with_registry(|r| r.class_fields.get(&key).cloned()).expect("just inserted"))
+    Ok(with_registry(|r| {
+        r.class_fields.entry(key).or_insert(fields).clone()
+    }))
 }

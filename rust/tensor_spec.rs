@@ -4,6 +4,7 @@
 //! fields are ordinary Python lists (so `spec.shape[1] = "dim1"` behaves as in the reference) and
 //! its methods convert to and from [`Spec`] around the Rust logic.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
@@ -282,9 +283,35 @@ struct DtypeEntry {
     text: String,
 }
 
+/// The process-wide table of dtype ids. It holds only `torch.dtype` objects (singletons, a few
+/// dozen at most) and `None`, so it stays small however many specs a process builds; any other
+/// dtype object gets [`FOREIGN_DTYPE`] and stays with the Python spec that holds it.
 static DTYPES: Mutex<Vec<DtypeEntry>> = Mutex::new(Vec::new());
 
-/// A small id for a dtype object (torch dtypes and anything else a spec was given).
+/// The id of a dtype that is neither a `torch.dtype` nor `None`. Such a dtype is never entered in
+/// the table: a walk that meets one keeps that tensor's spec as a Python object, and code that
+/// needs the object itself reads it from that spec.
+pub const FOREIGN_DTYPE: u16 = u16::MAX;
+
+fn is_table_dtype(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    static TORCH_DTYPE: pyo3::sync::GILOnceCell<Py<pyo3::types::PyType>> =
+        pyo3::sync::GILOnceCell::new();
+    let py = obj.py();
+    if obj.is_none() {
+        return Ok(true);
+    }
+    let t = TORCH_DTYPE.get_or_try_init(py, || -> PyResult<_> {
+        Ok(py
+            .import("torch")?
+            .getattr("dtype")?
+            .downcast_into::<pyo3::types::PyType>()?
+            .unbind())
+    })?;
+    Ok(obj.get_type().is(t.bind(py)))
+}
+
+/// A small id for a dtype object: its entry in the table for a `torch.dtype` or `None`,
+/// [`FOREIGN_DTYPE`] for anything else.
 pub fn dtype_id(obj: &Bound<'_, PyAny>) -> PyResult<u16> {
     let ptr = obj.as_ptr() as usize;
     {
@@ -293,13 +320,16 @@ pub fn dtype_id(obj: &Bound<'_, PyAny>) -> PyResult<u16> {
             return Ok(i as u16);
         }
     }
+    if !is_table_dtype(obj)? {
+        return Ok(FOREIGN_DTYPE);
+    }
     let text = obj.str()?.to_cow()?.into_owned();
     let mut table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(i) = table.iter().position(|e| e.ptr == ptr) {
         return Ok(i as u16);
     }
-    if table.len() >= u16::MAX as usize {
-        return Err(PyValueError::new_err("too many distinct dtype objects"));
+    if table.len() >= FOREIGN_DTYPE as usize {
+        return Err(PyValueError::new_err("too many distinct torch dtypes"));
     }
     table.push(DtypeEntry {
         ptr,
@@ -309,14 +339,21 @@ pub fn dtype_id(obj: &Bound<'_, PyAny>) -> PyResult<u16> {
     Ok((table.len() - 1) as u16)
 }
 
+/// The dtype object of a table id (`None` for [`FOREIGN_DTYPE`], whose object is not kept here).
 pub fn dtype_obj(py: Python<'_>, id: u16) -> Bound<'_, PyAny> {
     let table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
-    table[id as usize].obj.bind(py).clone()
+    match table.get(id as usize) {
+        Some(e) => e.obj.bind(py).clone(),
+        None => py.None().into_bound(py),
+    }
 }
 
 pub fn dtype_str(id: u16) -> String {
     let table = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
-    table[id as usize].text.clone()
+    match table.get(id as usize) {
+        Some(e) => e.text.clone(),
+        None => "?".to_owned(),
+    }
 }
 
 /// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype; and whether
@@ -399,16 +436,25 @@ pub fn read_tensor(
 /// Two specs are equal when they have the same rank: sizes may differ on dynamic axes.
 #[pyclass(module = "aitune_fast.tensor_spec", name = "TensorSpec", subclass)]
 pub struct TensorSpec {
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub shape: Py<PyAny>,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub min_shape: Py<PyAny>,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub max_shape: Py<PyAny>,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub dtype: Py<PyAny>,
-    #[pyo3(get, set, name = "_bs_multipliers")]
+    #[pyo3(get, name = "_bs_multipliers")]
     pub bs_multipliers: Py<PyAny>,
+}
+
+/// Counts assignments to the fields of any `TensorSpec`, process-wide: while it has not moved,
+/// every spec still holds the objects it held (`handed.rs` relies on this to check handed-out
+/// specs without borrowing each one).
+pub static FIELD_SETS: AtomicU64 = AtomicU64::new(0);
+
+fn field_set() {
+    FIELD_SETS.fetch_add(1, Ordering::Relaxed);
 }
 
 fn float_list<'py>(py: Python<'py>, v: &[f64]) -> PyResult<Bound<'py, PyList>> {
@@ -543,6 +589,10 @@ impl TensorSpec {
     }
 }
 
+fn short_list() -> PyErr {
+    PyIndexError::new_err("list index out of range")
+}
+
 fn join_py(seq: &Bound<'_, PyAny>, out: &mut String) -> PyResult<()> {
     for (i, v) in seq.try_iter()?.enumerate() {
         if i > 0 {
@@ -578,6 +628,7 @@ impl TensorSpec {
     fn from_tensor(py: Python<'_>, tensor: &Bound<'_, PyAny>, batch_size: f64) -> PyResult<Self> {
         let mut dims = Vec::new();
         let Some(dtype) = read_tensor(py, tensor, false, &mut dims, &mut DtypeMemo::default())?
+            .filter(|&d| d != FOREIGN_DTYPE)
         else {
             let it = crate::interp::interp(py)?;
             let spec = it.reference_spec.bind(py).call1((tensor, batch_size))?;
@@ -642,15 +693,21 @@ impl TensorSpec {
 
     fn get_max_batch_size(&self, py: Python<'_>) -> PyResult<i64> {
         let s = self.to_spec(py)?;
-        Ok(s.batch_axes()?
-            .iter()
-            .map(|&(a, _)| s.max[a])
-            .fold(1, i64::max))
+        let mut out = 1;
+        for (a, _) in s.batch_axes()? {
+            out = out.max(*s.max.get(a).ok_or_else(short_list)?);
+        }
+        Ok(out)
     }
 
     fn get_min_batch_size(&self, py: Python<'_>) -> PyResult<Option<i64>> {
         let s = self.to_spec(py)?;
-        Ok(s.batch_axes()?.iter().map(|&(a, _)| s.min[a]).min())
+        let mut out: Option<i64> = None;
+        for (a, _) in s.batch_axes()? {
+            let v = *s.min.get(a).ok_or_else(short_list)?;
+            out = Some(out.map_or(v, |m| m.min(v)));
+        }
+        Ok(out)
     }
 
     fn has_batch_axis(&self, py: Python<'_>) -> PyResult<bool> {
@@ -747,7 +804,38 @@ impl TensorSpec {
         Ok(())
     }
 
+    #[setter]
+    fn set_shape(&mut self, value: Py<PyAny>) {
+        field_set();
+        self.shape = value;
+    }
+
+    #[setter]
+    fn set_min_shape(&mut self, value: Py<PyAny>) {
+        field_set();
+        self.min_shape = value;
+    }
+
+    #[setter]
+    fn set_max_shape(&mut self, value: Py<PyAny>) {
+        field_set();
+        self.max_shape = value;
+    }
+
+    #[setter]
+    fn set_dtype(&mut self, value: Py<PyAny>) {
+        field_set();
+        self.dtype = value;
+    }
+
+    #[setter(_bs_multipliers)]
+    fn set_bs_multipliers(&mut self, value: Py<PyAny>) {
+        field_set();
+        self.bs_multipliers = value;
+    }
+
     fn __clear__(&mut self) {
+        field_set();
         Python::with_gil(|py| {
             for field in [
                 &mut self.shape,
