@@ -392,7 +392,7 @@ fn open<'py>(
             Source::Dict(d, 0, len)
         }
         Walk::Sequence => Source::Seq(obj.try_iter()?, 0),
-        Walk::Mapping => Source::Items(obj.call_method0(pyo3::intern!(py, "items"))?.try_iter()?),
+        Walk::Mapping => mapping_source(py, obj, info)?,
         Walk::Dataclass => Source::Fields(
             obj.clone(),
             FieldList::Shared(info.clone()),
@@ -412,6 +412,72 @@ fn open<'py>(
         }
         Walk::Leaf => unreachable!("leaves are not opened"),
     })
+}
+
+/// The layout of CPython's dict views (`_PyDictViewObject`): the object header, then the dict.
+#[repr(C)]
+struct DictView {
+    ob_base: ffi::PyObject,
+    dv_dict: *mut ffi::PyObject,
+}
+
+/// A dict that holds exactly what walking `.items()` of the mapping `obj` would yield, in order:
+/// the `data` of a plain `UserDict` subclass (without calling anything), or the dict behind the
+/// `dict_items` view that `.items()` returned (a `BatchEncoding` returns `self.data.items()`, a dict
+/// subclass that keeps `dict.items` returns its own), iterated without calling anything, as the view is.
+/// Otherwise the items are iterated as Python iterates them.
+fn mapping_source<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    info: &TypeInfo,
+) -> PyResult<Source<'py>> {
+    let dict_source = |d: Bound<'py, PyDict>| {
+        // SAFETY: the size of a dict we hold
+        let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
+        Source::Dict(d, 0, len)
+    };
+    if info.user_dict_data_valid(&obj.get_type()) {
+        if let Some(d) = user_dict_data(py, obj) {
+            return Ok(dict_source(d));
+        }
+    }
+    let items = obj.call_method0(pyo3::intern!(py, "items"))?;
+    // SAFETY: an exact `dict_items` object has the `_PyDictViewObject` layout; its dict is alive
+    // while the view is, and `from_borrowed_ptr` takes our own reference to it
+    unsafe {
+        if ffi::PyDictItems_Check(items.as_ptr()) != 0 {
+            let dict = (*(items.as_ptr() as *const DictView)).dv_dict;
+            if !dict.is_null() && ffi::PyDict_Check(dict) != 0 {
+                return Ok(dict_source(
+                    Bound::from_borrowed_ptr(py, dict).downcast_into_unchecked(),
+                ));
+            }
+        }
+    }
+    Ok(Source::Items(items.try_iter()?))
+}
+
+/// `obj.data` of a plain `UserDict` subclass instance when it is an exact dict and the instance
+/// does not shadow `items`; `None` otherwise (the caller then calls `.items()`).
+fn user_dict_data<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyDict>> {
+    // SAFETY: new reference or NULL with an exception set; the type uses the generic lookup
+    let dict = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyObject_GenericGetDict(obj.as_ptr(), std::ptr::null_mut()),
+        )
+    };
+    let dict = match dict {
+        Ok(d) => d.downcast_into_exact::<PyDict>().ok()?,
+        Err(_) => return None, // no instance dict: let `.items()` say what happens
+    };
+    if dict.contains(pyo3::intern!(py, "items")).ok()? {
+        return None;
+    }
+    dict.get_item(pyo3::intern!(py, "data"))
+        .ok()??
+        .downcast_into_exact::<PyDict>()
+        .ok()
 }
 
 /// Public instance attributes that the class does not declare; when there are any, the merged,
