@@ -182,9 +182,9 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
                 if result is tensor:
                     result = None
                 else:
-                    if not tensor.is_leaf:
-                        shortcut = False
-                    if tensor.requires_grad:
+                    if tensor.requires_grad:  # a tensor that does not is always a leaf
+                        if not tensor.is_leaf:
+                            shortcut = False
                         result.requires_grad_(True)
                     key = id(tensor)
                     watched[key] = tensor  # stands in until the locator is set below
