@@ -39,6 +39,58 @@ pub struct TypeInfo {
     pub only_tensors: Option<bool>,
     /// dataclass field names, in declaration order
     pub fields: Vec<Py<PyString>>,
+    /// a `UserDict` subclass that walks like its `data` dict (see `plain_user_dict`)
+    pub user_dict_data: bool,
+    /// the type's version tag when it was classified: Python resets it on any change to the class
+    /// or its bases, which turns `user_dict_data` off until the next classification
+    pub version_tag: u32,
+}
+
+impl TypeInfo {
+    /// Whether `user_dict_data` still describes `ty` (the class was not changed since).
+    #[inline]
+    pub fn user_dict_data_valid(&self, ty: &Bound<'_, PyType>) -> bool {
+        // SAFETY: reading a field of a live type object
+        self.user_dict_data
+            && self.version_tag != 0
+            && unsafe { (*ty.as_type_ptr()).tp_version_tag } == self.version_tag
+    }
+}
+
+/// Whether walking an instance of the `UserDict` subclass `ty` the reference's way (`.items()`,
+/// i.e. `Mapping.items`: iterate `self`, then `self[key]`) is the same as walking its `data` dict:
+/// `items`, `__iter__` and `__getitem__` are `UserDict`'s own, attribute lookup is the generic one
+/// and no class in the MRO defines `data` (so `self.data` is the instance dict's entry). The walk
+/// still checks per instance that `data` is an exact dict and that `items` is not shadowed.
+fn plain_user_dict(
+    py: Python<'_>,
+    ty: &Bound<'_, PyType>,
+    user_dict: &Bound<'_, PyType>,
+) -> PyResult<bool> {
+    // SAFETY: reading a slot of a live type object
+    let generic = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize)
+        == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    if !generic {
+        return Ok(false);
+    }
+    for name in [
+        pyo3::intern!(py, "items"),
+        pyo3::intern!(py, "__iter__"),
+        pyo3::intern!(py, "__getitem__"),
+    ] {
+        if !ty.getattr(name)?.is(&user_dict.getattr(name)?) {
+            return Ok(false);
+        }
+    }
+    for k in ty.getattr(pyo3::intern!(py, "__mro__"))?.try_iter()? {
+        if k?
+            .getattr(pyo3::intern!(py, "__dict__"))?
+            .contains(pyo3::intern!(py, "data"))?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 #[derive(Default)]
@@ -225,6 +277,7 @@ fn classify(
 ) -> PyResult<TypeInfo> {
     let it = interp(py)?;
     let mut fields = Vec::new();
+    let mut user_dict_data = false;
     let walk = if ty.is(py.get_type::<PyList>()) {
         Walk::List
     } else if ty.is(py.get_type::<PyTuple>()) {
@@ -233,7 +286,10 @@ fn classify(
         Walk::Dict
     } else if ty.is_subclass_of::<PyList>()? || ty.is_subclass_of::<PyTuple>()? {
         Walk::Sequence
-    } else if ty.is_subclass_of::<PyDict>()? || ty.is_subclass(it.user_dict.bind(py))? {
+    } else if ty.is_subclass_of::<PyDict>()? {
+        Walk::Mapping
+    } else if ty.is_subclass(it.user_dict.bind(py))? {
+        user_dict_data = plain_user_dict(py, ty, it.user_dict.bind(py))?;
         Walk::Mapping
     } else if ty.hasattr(pyo3::intern!(py, "__dataclass_fields__"))? {
         let dc = py.import("dataclasses")?;
@@ -258,6 +314,10 @@ fn classify(
         fast_tensor: ty.is(it.tensor_type.bind(py)) || ty.is(it.parameter_type.bind(py)),
         only_tensors: user,
         fields,
+        user_dict_data,
+        // SAFETY: reading a field of a live type object; read after the lookups above, which
+        // assign the tag when the type had none
+        version_tag: unsafe { (*ty.as_type_ptr()).tp_version_tag },
     })
 }
 

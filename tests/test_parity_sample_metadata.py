@@ -818,6 +818,56 @@ def test_make_batch_values_are_leading_slices_or_repeats_of_the_first_item(ref, 
         assert torch.equal(large["y"], inputs["y"][:, :1].repeat(1, 10))
 
 
+def _strided_inputs():
+    """Tensors whose memory layout the batching view must respect: values count up, so any misread shows."""
+    grid = torch.arange(4 * 6 * 5, dtype=torch.float32).reshape(4, 6, 5)
+    return {
+        "transposed": grid.transpose(0, 1),  # non-contiguous
+        "offset": grid[1:],  # a view with a storage offset
+        "both_axes": torch.arange(32.0).reshape(2, 16)[:, ::2],  # at 3, one axis grows and the other shrinks
+        "channels_last": torch.arange(96.0).reshape(2, 3, 4, 4).contiguous(memory_format=torch.channels_last),
+        "param": torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)),
+        "conj": torch.complex(torch.arange(6.0), torch.ones(6)).reshape(2, 3).conj(),
+        "empty": torch.empty(0, 3),
+        "bools": torch.arange(12).reshape(3, 4) % 3 == 0,
+    }
+
+
+def _strided_learned(impl):
+    def build(bs):
+        return {
+            "transposed": t((6, bs, 5)),
+            "offset": t((bs, 6, 5)),
+            "both_axes": t((bs, 2 * bs)),
+            "channels_last": t((bs, 3, 4, 4)),
+            "param": t((bs, 3)),
+            "conj": t((bs, 3), torch.complex64),
+            "empty": t((bs, 3)),
+            "bools": t((bs, 4), torch.bool),
+        }
+
+    return learned(impl, build)
+
+
+@pytest.mark.parametrize("target", [1, 3])
+def test_make_batch_respects_strides_offsets_and_tensor_kinds(ref, fast, target):
+    results = []
+    for impl in (ref, fast):
+        inputs = _strided_inputs()
+        pristine = copy.deepcopy(inputs)
+        result = _strided_learned(impl).make_batch(inputs, target)
+        assert_same_tree(inputs, pristine)
+        assert_no_aliasing(result, inputs)
+        results.append(result)
+    assert_same_tree(results[1], results[0])
+    for key, tensor in results[1].items():
+        expected = results[0][key]
+        assert tensor.requires_grad == expected.requires_grad, key
+        if tensor.shape != inputs[key].shape:
+            # deliberate difference: a fresh tensor of exactly the result's size, never a view of a larger copy
+            assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), key
+
+
 def test_make_batch_without_batch_axes_returns_an_equal_deep_copy(ref, fast):
     results = []
     for impl in (ref, fast):

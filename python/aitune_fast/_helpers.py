@@ -111,6 +111,45 @@ class _CountingMemo(dict):
         return super().get(key, default)
 
 
+def _fresh_batch(
+    tensor: torch.Tensor, multipliers: dict[int, int], batch_size: int, torch: Any, plain: tuple[type, ...]
+) -> Any:
+    """`_batch` followed by a copy where the result would share memory with `tensor`, in two torch calls.
+
+    One `as_strided` view takes the leading `target` entries of every axis that shrinks and the first
+    entry, with stride 0, of every axis that grows; one `clone` materialises it (contiguous where an
+    axis grows, as `repeat` would make it). Returns `tensor` itself when no axis changes, and
+    `NotImplemented` where the view cannot express the result (subclasses, other layouts, quantized or
+    nested tensors, an axis of size 0 that must grow, an axis out of range): the caller runs `_batch`.
+    Conjugate and negative views keep their bit through both calls, as through `_batch`'s.
+    """
+    if type(tensor) not in plain or tensor.layout is not torch.strided or tensor.is_quantized or tensor.is_nested:
+        return NotImplemented
+    sizes = list(tensor.shape)
+    strides = None
+    grows = False
+    rank = len(sizes)
+    for axis, multiplier in multipliers.items():
+        if type(axis) is not int or not -rank <= axis < rank:
+            return NotImplemented
+        target = multiplier * batch_size
+        size = sizes[axis]
+        if size == target:
+            continue
+        if type(target) is not int or size == 0 or target < 0:
+            return NotImplemented
+        if strides is None:
+            strides = list(tensor.stride())
+        sizes[axis] = target
+        if size < target:
+            strides[axis] = 0
+            grows = True
+    if strides is None:
+        return tensor
+    view = tensor.as_strided(sizes, strides, tensor.storage_offset())
+    return view.clone(memory_format=torch.contiguous_format) if grows else view.clone()
+
+
 def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
     """`SampleMetadata.make_batch`: a deep copy of `inputs` whose tensors are batched.
 
@@ -128,21 +167,29 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     watched: dict[int, Any] = {}
     replaced: dict[int, int] = {}
     shortcut = True
-    for locator, spec in pairs:
-        tensor = locator.get_value(inputs)
-        result = None
-        if isinstance(tensor, torch.Tensor) and spec.get_batch_axis_multipliers():
-            with torch.no_grad():  # the result must not hang on the input's autograd graph
-                candidate, aliases = _batch(tensor, spec, batch_size)
-            if candidate is not tensor:
-                if not tensor.is_leaf:
-                    shortcut = False
-                result = candidate.clone() if aliases else candidate
-                if tensor.requires_grad:
-                    result.requires_grad_(True)
-                watched[id(tensor)] = tensor  # stands in until the locator is set below
-                replaced[id(tensor)] = replaced.get(id(tensor), 0) + 1
-        batched_of.append(result)
+    tensor_type = torch.Tensor
+    plain = (torch.Tensor, torch.nn.Parameter)
+    with torch.no_grad():  # the results must not hang on the input's autograd graph
+        for locator, spec in pairs:
+            tensor = locator.get_value(inputs)
+            result = None
+            multipliers = spec.get_batch_axis_multipliers()
+            if multipliers and isinstance(tensor, tensor_type):
+                result = _fresh_batch(tensor, multipliers, batch_size, torch, plain)
+                if result is NotImplemented:
+                    candidate, aliases = _batch(tensor, spec, batch_size)
+                    result = candidate.clone() if aliases and candidate is not tensor else candidate
+                if result is tensor:
+                    result = None
+                else:
+                    if tensor.requires_grad:  # a tensor that does not is always a leaf
+                        if not tensor.is_leaf:
+                            shortcut = False
+                        result.requires_grad_(True)
+                    key = id(tensor)
+                    watched[key] = tensor  # stands in until the locator is set below
+                    replaced[key] = replaced.get(key, 0) + 1
+            batched_of.append(result)
     if shortcut and watched:
         memo = _CountingMemo(watched)
         out = copy.deepcopy(inputs, memo)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .workloads import Cache, Layer
+from .workloads import BatchEncoding, Cache, Layer
 
 OPTREE_NAMESPACE = "aitune_fast.bench"
 
@@ -87,7 +87,8 @@ def register_user_types(*impls: Impl) -> None:
 
 
 def register_optree() -> None:
-    """Register ``Cache`` and ``Layer`` as optree pytree nodes (in our own namespace; idempotent)."""
+    """Register ``Cache``, ``Layer`` and ``BatchEncoding`` as optree pytree nodes (in our own namespace;
+    idempotent)."""
     import optree
 
     def unflatten_layer(_: Any, children: Any) -> Layer:
@@ -96,7 +97,15 @@ def register_optree() -> None:
     def unflatten_cache(_: Any, children: Any) -> Cache:
         return Cache(*children)
 
+    def flatten_encoding(x: BatchEncoding) -> tuple:
+        keys = tuple(x.data)
+        return tuple(x.data.values()), keys, keys
+
+    def unflatten_encoding(keys: Any, children: Any) -> BatchEncoding:
+        return BatchEncoding(dict(zip(keys, children, strict=True)))
+
     nodes = (
+        (BatchEncoding, flatten_encoding, unflatten_encoding),
         (Layer, lambda x: ((x.keys, x.values), None, ("keys", "values")), unflatten_layer),
         (Cache, lambda x: ((x.layers,), None, ("layers",)), unflatten_cache),
     )

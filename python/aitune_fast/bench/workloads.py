@@ -10,6 +10,7 @@ decides the LLM phase (``tensor([5])``: a decode step).
 
 from __future__ import annotations
 
+from collections import UserDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,48 @@ class Cache:
 USER_TYPES: tuple[type, ...] = (Cache, Layer)
 
 
+class BatchEncoding(UserDict):
+    """A tokenizer's output the way ``transformers.BatchEncoding`` is built (transformers is not a dependency).
+
+    A ``UserDict`` subclass whose ``items``/``keys``/``values`` return the views of ``self.data``, whose
+    ``__getitem__`` reads ``self.data`` for string keys and whose attributes fall back to the data keys.
+    Not registered anywhere: both implementations walk it as a ``UserDict``.
+    """
+
+    def __init__(self, data: dict[str, Any] | None = None, encoding: Any = None) -> None:
+        super().__init__(data)
+        self._encodings = encoding
+
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, str):
+            return self.data[item]
+        if self._encodings is not None:
+            return self._encodings[item]
+        raise KeyError(item)
+
+    def __getattr__(self, item: str) -> Any:
+        try:
+            return self.data[item]
+        except KeyError:
+            raise AttributeError(item) from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"data": self.data, "encodings": self._encodings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.data = state["data"]
+        self._encodings = state["encodings"]
+
+    def keys(self) -> Any:
+        return self.data.keys()
+
+    def values(self) -> Any:
+        return self.data.values()
+
+    def items(self) -> Any:
+        return self.data.items()
+
+
 def vision(batch: int = 8) -> dict[str, Any]:
     """An image classifier call: one (8, 3, 224, 224) float32 tensor."""
     return {"x": torch.empty(batch, 3, 224, 224, dtype=torch.float32)}
@@ -57,6 +100,22 @@ def diffusion(batch: int = 2) -> dict[str, Any]:
         "cross_attention_kwargs": None,
         "added_cond_kwargs": {"text_embeds": torch.empty(batch, 1280), "time_ids": torch.empty(batch, 6)},
         "return_dict": False,
+    }
+
+
+def batch_encoding(batch: int = 8, seq: int = 128) -> dict[str, Any]:
+    """A text model's call on a tokenizer's output: a ``BatchEncoding`` of three (8, 128) int64 tensors
+    (``input_ids``, ``attention_mask``, ``token_type_ids``) plus two flags."""
+    return {
+        "inputs": BatchEncoding(
+            {
+                "input_ids": torch.empty(batch, seq, dtype=torch.int64),
+                "attention_mask": torch.empty(batch, seq, dtype=torch.int64),
+                "token_type_ids": torch.empty(batch, seq, dtype=torch.int64),
+            }
+        ),
+        "output_hidden_states": False,
+        "return_dict": True,
     }
 
 
@@ -116,6 +175,7 @@ WORKLOADS: dict[str, Workload] = {
     for w in (
         Workload("vision", vision, 8, 1, "image classifier call"),
         Workload("diffusion", diffusion, 2, 5, "UNet step"),
+        Workload("batch_encoding", batch_encoding, 8, 3, "text model call on a UserDict tokenizer output"),
         Workload("llm_decode", llm_decode, 1, 68, "decode step, 32-layer static KV cache"),
         Workload("large_graph_10k", large_graph_10k, 2, 10_000, "a big pipeline's metadata"),
         Workload("scale_1m", scale_1m, 2, 1_000_000, "metadata at scale"),
@@ -130,7 +190,7 @@ def flatten_tensors(obj: Any) -> list[torch.Tensor]:
     def walk(x: Any) -> None:
         if isinstance(x, torch.Tensor):
             out.append(x)
-        elif isinstance(x, dict):
+        elif isinstance(x, (dict, UserDict)):
             for v in x.values():
                 walk(v)
         elif isinstance(x, (list, tuple)):
