@@ -264,7 +264,15 @@ def _ours_of(md: Any) -> Any:
     ours = ours or aitune_fast.SampleMetadata
     tensors = [(_our_locator(loc), _our_spec(spec)) for loc, spec in md._tensor_data]
     others = [(_our_locator(loc), value) for loc, value in md._other_data]
-    return ours(tensors, others, md._strict, md._llm_phase)
+    built = ours(tensors, others, md._strict, md._llm_phase)
+    # Metadata built from Python lists compares through those lists; a JSON round trip gives the
+    # compact form, which dispatch compares in well under a microsecond.  Values JSON cannot hold
+    # (symbolic sizes, arbitrary objects) keep the Python form.
+    try:
+        compact = ours.from_json(built.to_json())
+    except (TypeError, ValueError):
+        return built
+    return compact if type(compact) is type(built) and compact == built else built
 
 
 def _our_locator(loc: Any) -> Any:
