@@ -358,16 +358,32 @@ pub fn read_tensor(
     }
     let start = dims.len();
     let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
-    let shape = shape
-        .downcast::<PyTuple>()
-        .map_err(|_| PyTypeError::new_err("tensor.shape is not a tuple"))?;
-    for d in shape.iter_borrowed() {
-        // check the type first: converting a torch.SymInt to int would specialise it (add a guard)
-        if !d.is_instance_of::<PyInt>() {
+    // a tuple (torch.Size) or list of exact ints; anything else (a torch.SymInt, a numpy integer,
+    // another iterable) is kept as the reference keeps it, in a spec built the Python way
+    // check the type first: converting a torch.SymInt to int would specialise it (add a guard);
+    // exact ints convert without running Python code, so the sequence cannot change meanwhile
+    let mut take = |d: &Bound<'_, PyAny>| -> PyResult<bool> {
+        if !d.is_exact_instance_of::<PyInt>() {
             dims.truncate(start);
-            return Ok(None);
+            return Ok(false);
         }
         dims.push(d.extract::<i64>()?);
+        Ok(true)
+    };
+    if let Ok(t) = shape.downcast::<PyTuple>() {
+        for d in t.iter_borrowed() {
+            if !take(&d)? {
+                return Ok(None);
+            }
+        }
+    } else if let Ok(l) = shape.downcast::<PyList>() {
+        for d in l.iter() {
+            if !take(&d)? {
+                return Ok(None);
+            }
+        }
+    } else {
+        return Ok(None);
     }
     let dtype = tensor.getattr(pyo3::intern!(py, "dtype"))?;
     Ok(Some(memo.id(&dtype)?))

@@ -10,7 +10,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple, PyType};
 
-use crate::locator::{rich_eq, Accessor, Arena, Kind, Locator, ROOT};
+use crate::locator::{rich_eq, str_bytes, Accessor, Arena, Kind, Locator, ROOT};
 use crate::registry::{class_fields, type_info, ClassFields, TypeInfo, Walk};
 
 /// The deepest nesting accepted; deeper structures are rejected with a `ValueError`.
@@ -36,7 +36,13 @@ enum Source<'py> {
     /// a list, the next index, and the tensor types to prefetch ahead (long lists, shim on)
     List(Bound<'py, PyList>, usize, Option<Lookahead>),
     Tuple(Bound<'py, PyTuple>, usize, Option<Lookahead>),
-    Dict(Bound<'py, PyDict>, ffi::Py_ssize_t, ffi::Py_ssize_t),
+    /// a dict, the `PyDict_Next` position, its size at the start, and how many items are left
+    Dict(
+        Bound<'py, PyDict>,
+        ffi::Py_ssize_t,
+        ffi::Py_ssize_t,
+        ffi::Py_ssize_t,
+    ),
     Seq(Bound<'py, PyIterator>, i64),
     Items(Bound<'py, PyIterator>),
     /// attribute fields; with the instance dict and which fields may be read from it directly
@@ -145,7 +151,7 @@ impl<'py> Source<'py> {
                 *i += 1;
                 Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
             }
-            Source::Dict(d, pos, len) => {
+            Source::Dict(d, pos, len, left) => {
                 // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
                 let mut k: *mut ffi::PyObject = std::ptr::null_mut();
                 let mut v: *mut ffi::PyObject = std::ptr::null_mut();
@@ -158,6 +164,13 @@ impl<'py> Source<'py> {
                 if unsafe { ffi::PyDict_Next(d.as_ptr(), pos, &mut k, &mut v) } == 0 {
                     return Ok(None);
                 }
+                // as a dict iterator does: more items than the dict had means keys were replaced
+                if *left == 0 {
+                    return Err(PyRuntimeError::new_err(
+                        "dictionary keys changed during iteration",
+                    ));
+                }
+                *left -= 1;
                 let key = unsafe { Bound::from_borrowed_ptr(py, k) };
                 let value = unsafe { Bound::from_borrowed_ptr(py, v) };
                 Ok(Some((Accessor::from_py(&key), value, Kind::Dict)))
@@ -269,6 +282,8 @@ fn direct_fields(
 #[derive(Default)]
 struct Memo {
     types: Vec<(usize, Arc<TypeInfo>)>,
+    /// per proxy type, its classification for instances that are tensors
+    proxies: Vec<(usize, Arc<TypeInfo>)>,
     fields: Vec<(usize, Arc<ClassFields>)>,
     instances: Vec<InstanceFields>,
 }
@@ -283,6 +298,39 @@ impl Memo {
         let info = type_info(py, ty)?;
         self.types.push((key, info.clone()));
         Ok(info)
+    }
+
+    /// `info` for a leaf `value`: for types whose instances may forward `__class__`, the
+    /// classification as a tensor when `isinstance(value, torch.Tensor)` says so.
+    #[inline]
+    fn leaf_info(
+        &mut self,
+        py: Python<'_>,
+        info: Arc<TypeInfo>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<Arc<TypeInfo>> {
+        if !info.proxy {
+            return Ok(info);
+        }
+        if !value.is_instance(crate::interp::interp(py)?.tensor_type.bind(py))? {
+            return Ok(info);
+        }
+        let key = info.ty.as_ptr() as usize;
+        if let Some((_, i)) = self.proxies.iter().find(|(k, _)| *k == key) {
+            return Ok(i.clone());
+        }
+        let as_tensor = Arc::new(TypeInfo {
+            ty: info.ty.clone_ref(py),
+            walk: Walk::Leaf,
+            ignored: info.ignored,
+            is_tensor: true,
+            fast_tensor: false,
+            proxy: true,
+            only_tensors: info.only_tensors,
+            fields: Vec::new(),
+        });
+        self.proxies.push((key, as_tensor.clone()));
+        Ok(as_tensor)
     }
 
     fn class_fields(
@@ -389,7 +437,7 @@ fn open<'py>(
         Walk::Dict => {
             let d = obj.downcast::<PyDict>()?.clone();
             let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
-            Source::Dict(d, 0, len)
+            Source::Dict(d, 0, len, len)
         }
         Walk::Sequence => Source::Seq(obj.try_iter()?, 0),
         Walk::Mapping => Source::Items(obj.call_method0(pyo3::intern!(py, "items"))?.try_iter()?),
@@ -421,20 +469,21 @@ fn instance_fields(
     dict: &Bound<'_, PyAny>,
     class: &ClassFields,
 ) -> PyResult<Option<Vec<Py<PyString>>>> {
-    let mut extra: Vec<(String, Py<PyString>)> = Vec::new();
+    // sorted by their UTF-8 bytes (surrogates in their 3-byte form): Python's code point order
+    let mut extra: Vec<(Vec<u8>, Py<PyString>)> = Vec::new();
     if let Ok(d) = dict.downcast::<PyDict>() {
         for k in d.keys() {
             let name = k.downcast_into::<PyString>()?;
-            let text = name.to_cow()?;
-            if !text.starts_with('_') && !class.set.contains(text.as_ref()) {
+            let text = str_bytes(&name)?;
+            if !text.starts_with(b"_") && !class.set.contains(text.as_ref()) {
                 extra.push((text.into_owned(), name.unbind()));
             }
         }
     } else if dict.is_truthy()? {
         for k in dict.try_iter()? {
             let name = k?.downcast_into::<PyString>()?;
-            let text = name.to_cow()?;
-            if !text.starts_with('_') && !class.set.contains(text.as_ref()) {
+            let text = str_bytes(&name)?;
+            if !text.starts_with(b"_") && !class.set.contains(text.as_ref()) {
                 extra.push((text.into_owned(), name.unbind()));
             }
         }
@@ -443,7 +492,7 @@ fn instance_fields(
         return Ok(None);
     }
     for n in &class.names {
-        extra.push((n.bind(py).to_cow()?.into_owned(), n.clone_ref(py)));
+        extra.push((str_bytes(n.bind(py))?.into_owned(), n.clone_ref(py)));
     }
     extra.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Some(extra.into_iter().map(|(_, n)| n).collect()))
@@ -451,7 +500,10 @@ fn instance_fields(
 
 fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
     match acc {
-        Accessor::Str(s) => Ok(s.bind(py).to_cow()? == "cache_position"),
+        // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
+        Accessor::Str(s) => Ok(unsafe {
+            ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
+        }),
         Accessor::Int(_) => Ok(false),
         Accessor::Obj(o) => rich_eq(o.bind(py), &PyString::new(py, "cache_position")),
     }
@@ -520,12 +572,14 @@ pub fn walk<V: Visitor>(
         return Ok(());
     }
     if info.walk == Walk::Leaf {
+        let info = memo.leaf_info(py, info, root)?;
         if !only_tensors || info.is_tensor {
             visitor.leaf(py, arena, None, root, &info, false)?;
         }
         return Ok(());
     }
     let mut on_stack = OnStack::default();
+    arena.may_repeat |= info.walk == Walk::Mapping;
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
     let mut stack = vec![Frame {
@@ -552,6 +606,7 @@ pub fn walk<V: Visitor>(
             under_cp = is_cache_position(py, &acc)?;
         }
         if info.walk == Walk::Leaf {
+            let info = memo.leaf_info(py, info, &value)?;
             if !frame_only || info.is_tensor {
                 visitor.leaf(
                     py,
@@ -581,6 +636,7 @@ pub fn walk<V: Visitor>(
             )));
         }
         on_stack.insert(ptr, node);
+        arena.may_repeat |= info.walk == Walk::Mapping;
         let src = open(py, &mut memo, &value, &info)?;
         stack.push(Frame {
             src,
@@ -593,7 +649,7 @@ pub fn walk<V: Visitor>(
 }
 
 fn display(py: Python<'_>, arena: &Arena, node: u32) -> String {
-    let text = arena.display_path(py, node, false).unwrap_or_default();
+    let text = arena.display_path_lossy(py, node, false);
     if text.is_empty() {
         "the root".into()
     } else {
