@@ -94,6 +94,15 @@ impl Dim {
             // str() names the symbol without specialising it
             return Ok(Dim::Sym(v.str()?.to_cow()?.into()));
         }
+        // SAFETY: a live object; PyIndex_Check only reads its type's slots
+        if unsafe { pyo3::ffi::PyIndex_Check(v.as_ptr()) } != 0 {
+            // an int-like (a numpy integer): the reference keeps it and does int arithmetic on it
+            // SAFETY: a new reference or NULL with an exception set
+            let i = unsafe {
+                Bound::from_owned_ptr_or_err(v.py(), pyo3::ffi::PyNumber_Index(v.as_ptr()))?
+            };
+            return Ok(Dim::Int(i.extract()?));
+        }
         Err(PyTypeError::new_err(format!(
             "TensorSpec.shape holds ints and strings, got {} ({})",
             v.repr()?,
