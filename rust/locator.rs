@@ -512,8 +512,12 @@ impl Arena {
                 n.acc.format(py, out)?;
             }
             _ if !is_output && index == 0 && is_identifier(py, &n.acc)? => {
+                // the reference writes `str(accessor)` here, `format(accessor, "")` elsewhere
                 out.truncate(start);
-                n.acc.format(py, out)?;
+                match &n.acc {
+                    Accessor::Obj(o) => out.push_py(&o.bind(py).str()?)?,
+                    acc => acc.format(py, out)?,
+                }
             }
             Kind::Sequence => {
                 out.push('[');

@@ -333,3 +333,35 @@ def test_make_batch_calls_user_type_getters_as_often_as_the_reference(ref, fast,
         md.update_max_batch_size(make(2), 16)
         counts.append((made, dict(CountingCache.reads), [tuple(t.shape) for t in iter_tensors(out)]))
     assert counts[1] == counts[0]
+
+
+# --------------------------------------------------------------------------------------------- more odd keys and values
+
+
+class StrWithOwnRendering(str):
+    def __str__(self):
+        return "STR"
+
+    def __format__(self, spec):
+        return "FMT"
+
+
+MORE_CASES = {
+    # the reference renders a root key that is an identifier with str(), any other key with format()
+    "str subclass keys": lambda: {StrWithOwnRendering("r"): 1, "x": {StrWithOwnRendering("a"): torch.zeros(1)}},
+    "str subclass value": lambda: {"x": StrWithOwnRendering("v")},
+    "nan keys": lambda: {"x": {float("nan"): 1, float("nan"): 2}},
+    "bytes keys": lambda: {"x": {b"\xff": 1, b"a": torch.zeros(1)}},
+    "huge ints": lambda: {"x": 2**200, "y": {-(2**70): 1}},
+    "numpy keys and values": lambda: {"x": {np.int64(3): np.float32(1.5)}, "y": np.bool_(True)},
+    "tuple and bool keys": lambda: {"x": {(1, "a"): torch.zeros(1), True: 1, 2.5: 2}},
+    "namedtuple": lambda: {"x": collections.namedtuple("NT", "a b")(torch.zeros(1), 2)},
+}
+
+
+@pytest.mark.parametrize("case", list(MORE_CASES))
+def test_odd_keys_and_values_describe_as_in_the_reference(ref, fast, case):
+    r, f = both(ref, fast, MORE_CASES[case])
+    assert md_snap(fast, f) == md_snap(ref, r)
+    again = both(ref, fast, MORE_CASES[case])
+    assert_same_eq_hash_classes([r, again[0]], [f, again[1]])
