@@ -365,3 +365,27 @@ def test_odd_keys_and_values_describe_as_in_the_reference(ref, fast, case):
     assert md_snap(fast, f) == md_snap(ref, r)
     again = both(ref, fast, MORE_CASES[case])
     assert_same_eq_hash_classes([r, again[0]], [f, again[1]])
+
+
+class HashableOnce:
+    """A key whose ``__hash__`` works once (for the dict insertion) and raises afterwards."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __hash__(self):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("hashed again")
+        return 5
+
+
+def test_keys_are_hashed_while_walking_not_later(ref, fast):
+    # deliberate difference: aitune_fast hashes a (non-str, non-int) key when it walks it, to keep the hash of each
+    # path; the reference hashes it only when the metadata is compared or hashed. A key whose hash fails (or has
+    # side effects) therefore raises in from_inputs here, in == / hash() in the reference.
+    r = ref.sample_metadata.SampleMetadata.from_inputs({"x": {HashableOnce(): 1}}, strict=True)
+    with pytest.raises(RuntimeError, match="hashed again"):
+        r == ref.sample_metadata.SampleMetadata.from_inputs({"x": {"a": 1}}, strict=True)  # noqa: B015
+    with pytest.raises(RuntimeError, match="hashed again"):
+        fast.sample_metadata.SampleMetadata.from_inputs({"x": {HashableOnce(): 1}}, strict=True)
