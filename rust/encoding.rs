@@ -69,7 +69,9 @@ use pyo3::types::{
 };
 
 use crate::json_text::{self as jt, JNum, JStr, Parser, Tok, MAX_NESTING};
-use crate::locator::{path_eq, py_int_hash, Accessor, Arena, DisplayCache, Kind, Locator, ROOT};
+use crate::locator::{
+    path_eq, py_int_hash, Accessor, Arena, DisplayCache, Kind, Locator, Text, ROOT,
+};
 use crate::metadata::{Compact, Loc, SampleMetadata, View};
 use crate::str_sink::{StrSink, CHUNK};
 use crate::tensor_spec::{dtype_id, dtype_obj, multiplier, Dim, Spec, TensorSpec, FOREIGN_DTYPE};
@@ -152,11 +154,31 @@ fn with_context(py: Python<'_>, e: PyErr, prefix: &str) -> PyErr {
 // writing
 // ================================================================================================
 
+/// A JSON string of `t`; lone surrogates are written as `\\uXXXX` escapes.
+fn write_text(out: &mut String, t: &Text) -> PyResult<()> {
+    match t.as_str() {
+        Some(s) => jt::write_str(out, s),
+        None => {
+            if !jt::write_wtf8(out, t.as_bytes()) {
+                return Err(pair_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pair_error() -> PyErr {
+    PyValueError::new_err(
+        "a string holds a high surrogate followed by a low one as two code points, \
+         which JSON cannot tell from the pair's character",
+    )
+}
+
 struct Enc<'py> {
     py: Python<'py>,
     out: String,
     scratch: String,
-    path: String,
+    path: Text,
     /// per dtype id: `Some(None)` for a `None` dtype, `Some(Some(name))` for a torch dtype
     dtypes: Vec<Option<Option<String>>>,
     /// containers being written, to refuse cycles
@@ -173,7 +195,7 @@ impl<'py> Enc<'py> {
             py,
             out: String::with_capacity(capacity),
             scratch: String::new(),
-            path: String::new(),
+            path: Text::new(),
             dtypes: Vec::new(),
             active: Vec::new(),
             depth: 0,
@@ -227,10 +249,7 @@ impl<'py> Enc<'py> {
                 if jt::write_wtf8(&mut self.out, b.as_bytes()) {
                     Ok(())
                 } else {
-                    Err(PyValueError::new_err(
-                        "a string holds a high surrogate followed by a low one as two code points, \
-                         which JSON cannot tell from the pair's character",
-                    ))
+                    Err(pair_error())
                 }
             }
         }
@@ -501,7 +520,7 @@ impl<'py> Enc<'py> {
             self.out.push_str("],\"access_path\":");
             self.path.clear();
             arena.write_display_path(self.py, node, l.is_output, &mut self.path)?;
-            jt::write_str(&mut self.out, &self.path);
+            write_text(&mut self.out, &self.path)?;
             self.out.push_str(",\"semantic_path\":");
             if node == ROOT {
                 self.out.push_str("[]");
@@ -553,7 +572,7 @@ impl<'py> Enc<'py> {
             &mut self.prefix.display,
             &mut self.path,
         )?;
-        jt::write_str(&mut self.out, &self.path);
+        write_text(&mut self.out, &self.path)?;
         self.out.push_str(",\"semantic_path\":[");
         self.out.push_str(&self.prefix.semantic);
         self.out.push(',');
@@ -783,10 +802,7 @@ impl<'py> Enc<'py> {
         } else {
             v.other_loc(i)
         };
-        let shown = l
-            .arena
-            .display_path(self.py, l.node, l.is_output)
-            .unwrap_or_else(|_| "?".into());
+        let shown = l.arena.display_path_lossy(self.py, l.node, l.is_output);
         with_context(
             self.py,
             err,
@@ -1061,9 +1077,7 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
             return Err(PyTypeError::new_err(format!(
                 "{what}: tensor_data[{i}] at locator {:?} has symbolic sizes (torch.SymInt); \
                  only concrete shapes can be encoded",
-                l.arena
-                    .display_path(py, l.node, l.is_output)
-                    .unwrap_or_default()
+                l.arena.display_path_lossy(py, l.node, l.is_output)
             )));
         }
     }
@@ -1086,9 +1100,7 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
                     return Err(PyValueError::new_err(format!(
                         "{what}: {list}[{j}] and {list}[{i}] have the same locator {:?}; \
                          a metadata with repeated locators cannot be encoded",
-                        li.arena
-                            .display_path(py, li.node, li.is_output)
-                            .unwrap_or_default()
+                        li.arena.display_path_lossy(py, li.node, li.is_output)
                     )));
                 }
             }
@@ -1423,11 +1435,13 @@ impl<'py> Build<'py> {
                             let t = t.to_owned();
                             self.step_str(parent, &t, Some(&s), kind)
                         }
-                        Err(_) => Err(PyValueError::new_err(format!(
-                            "the locator accessor {} holds a lone surrogate: aitune_fast's locators \
-                             cannot display it",
-                            s.repr().map(|r| r.to_string()).unwrap_or_default()
-                        ))),
+                        Err(_) => {
+                            // a lone surrogate: no dedup key; equal paths are checked later
+                            let h = s.hash()?;
+                            self.exact_nodes = false;
+                            self.arena
+                                .push_hashed(parent, Accessor::Str(s.unbind()), kind, h)
+                        }
                     }
                 }
                 Accessor::Obj(o) => {
@@ -1440,10 +1454,10 @@ impl<'py> Build<'py> {
                         ))
                     })?;
                     let acc = Accessor::Obj(o.clone().unbind());
-                    let mut shown = String::new();
+                    let mut shown = Text::new();
                     if acc.format(self.py, &mut shown).is_err() {
                         return Err(PyValueError::new_err(format!(
-                            "the locator accessor {} cannot be displayed (a lone surrogate?)",
+                            "the locator accessor {} cannot be displayed",
                             o.repr().map(|r| r.to_string()).unwrap_or_default()
                         )));
                     }
@@ -1617,9 +1631,7 @@ impl<'py> Build<'py> {
                     return Err(PyValueError::new_err(format!(
                         "{}: {list}[{i}] and {list}[{j}] have the same locator {:?}",
                         self.what,
-                        self.arena
-                            .display_path(py, nodes[j], default_out)
-                            .unwrap_or_default()
+                        self.arena.display_path_lossy(py, nodes[j], default_out)
                     )));
                 }
                 dups = true;

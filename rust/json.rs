@@ -180,7 +180,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
     let mut dtype_texts: Vec<(u16, Bound<'py, PyAny>)> = Vec::new();
     let mut cache = crate::locator::DisplayCache::default();
     let mut paths = PathCache::default();
-    let mut text = String::new();
+    let mut text = crate::locator::Text::new();
     let tensor_row = RowTemplate::new(py, &keys[..6])?;
     let other_row = RowTemplate::new(py, &[keys[0].clone(), keys[1].clone(), keys[6].clone()])?;
     let mut tensor_rows = Vec::with_capacity(c.items.len());
@@ -191,7 +191,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         text.clear();
         c.arena
             .write_display_path_cached(py, node, c.is_output, &mut cache, &mut text)?;
-        row.set_item(&keys[0], PyString::new(py, &text))?;
+        row.set_item(&keys[0], text.to_py(py)?)?;
         row.set_item(
             &keys[1],
             semantic_path_cached(py, &c.arena, node, &mut paths)?,
@@ -221,7 +221,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         text.clear();
         c.arena
             .write_display_path_cached(py, *node, c.is_output, &mut cache, &mut text)?;
-        row.set_item(&keys[0], PyString::new(py, &text))?;
+        row.set_item(&keys[0], text.to_py(py)?)?;
         row.set_item(
             &keys[1],
             semantic_path_cached(py, &c.arena, *node, &mut paths)?,

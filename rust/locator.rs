@@ -15,6 +15,153 @@ use pyo3::types::{PyInt, PyString, PyTuple};
 
 use crate::interp::interp;
 
+/// Text built from Python strings, which may hold lone surrogates (`os.fsdecode` makes them from
+/// undecodable file-name bytes). Kept as UTF-8, with any surrogate written as its 3-byte
+/// "surrogatepass" form; `lone` says whether one was, so the plain case stays a `str` copy.
+#[derive(Default, Clone)]
+pub struct Text {
+    bytes: Vec<u8>,
+    lone: bool,
+}
+
+impl Text {
+    pub fn new() -> Text {
+        Text::default()
+    }
+
+    #[inline]
+    pub fn push_str(&mut self, s: &str) {
+        self.bytes.extend_from_slice(s.as_bytes());
+    }
+
+    #[inline]
+    pub fn push(&mut self, c: char) {
+        let mut buf = [0u8; 4];
+        self.push_str(c.encode_utf8(&mut buf));
+    }
+
+    pub fn push_text(&mut self, t: &Text) {
+        self.bytes.extend_from_slice(&t.bytes);
+        self.lone |= t.lone;
+    }
+
+    /// Append a Python string.
+    pub fn push_py(&mut self, s: &Bound<'_, PyString>) -> PyResult<()> {
+        match s.to_str() {
+            Ok(t) => self.push_str(t),
+            Err(_) => {
+                self.bytes.extend_from_slice(&str_bytes(s)?);
+                self.lone = true;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Cut back to `n` bytes (a length this text had before).
+    pub fn truncate(&mut self, n: usize) {
+        self.bytes.truncate(n);
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.lone = false;
+    }
+
+    /// The text as `str`, unless it holds a lone surrogate.
+    pub fn as_str(&self) -> Option<&str> {
+        if self.lone {
+            std::str::from_utf8(&self.bytes).ok()
+        } else {
+            // SAFETY: only `str` data was appended
+            Some(unsafe { std::str::from_utf8_unchecked(&self.bytes) })
+        }
+    }
+
+    /// UTF-8, with surrogates in their 3-byte form.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// For error messages: surrogates become U+FFFD.
+    pub fn lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.bytes)
+    }
+
+    pub fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        match self.as_str() {
+            Some(s) => Ok(PyString::new(py, s)),
+            None => decode_surrogatepass(py, &self.bytes),
+        }
+    }
+}
+
+/// A Python string's UTF-8 bytes, with lone surrogates in their 3-byte form ("surrogatepass"),
+/// which keeps Python's code point order when compared bytewise.
+pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<std::borrow::Cow<'a, [u8]>> {
+    if let Ok(t) = s.to_str() {
+        return Ok(std::borrow::Cow::Borrowed(t.as_bytes()));
+    }
+    // SAFETY: a new reference or NULL with an exception set
+    let b = unsafe {
+        Bound::from_owned_ptr_or_err(
+            s.py(),
+            ffi::PyUnicode_AsEncodedString(
+                s.as_ptr(),
+                c"utf-8".as_ptr(),
+                c"surrogatepass".as_ptr(),
+            ),
+        )?
+    };
+    let b = b.downcast_into::<pyo3::types::PyBytes>()?;
+    Ok(std::borrow::Cow::Owned(b.as_bytes().to_vec()))
+}
+
+/// The `str` of UTF-8 bytes that may hold surrogates in their 3-byte form.
+pub fn decode_surrogatepass<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bound<'py, PyString>> {
+    // SAFETY: a valid buffer and length; the result is checked for NULL
+    unsafe {
+        let ptr = ffi::PyUnicode_DecodeUTF8(
+            b.as_ptr() as *const std::os::raw::c_char,
+            b.len() as ffi::Py_ssize_t,
+            c"surrogatepass".as_ptr(),
+        );
+        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.downcast_into_unchecked::<PyString>())
+    }
+}
+
+/// `a == b` for two `str` objects, by code points (no UTF-8 conversion, so surrogates compare).
+#[inline]
+pub fn str_eq(a: &Bound<'_, PyString>, b: &Bound<'_, PyString>) -> bool {
+    if a.as_ptr() == b.as_ptr() {
+        return true;
+    }
+    // SAFETY: two live str objects: PyUnicode_Compare cannot fail on them
+    unsafe { ffi::PyUnicode_Compare(a.as_ptr(), b.as_ptr()) == 0 }
+}
+
+/// `format(obj, "")`, as an f-string renders `obj` (`type(obj).__format__`, so classes work too).
+pub fn format_obj(obj: &Bound<'_, PyAny>, out: &mut Text) -> PyResult<()> {
+    if let Ok(s) = obj.downcast_exact::<PyString>() {
+        return out.push_py(s);
+    }
+    // SAFETY: a new reference or NULL with an exception set
+    let f = unsafe {
+        Bound::from_owned_ptr_or_err(
+            obj.py(),
+            ffi::PyObject_Format(obj.as_ptr(), interp(obj.py())?.empty_str.as_ptr()),
+        )?
+    };
+    out.push_py(f.downcast::<PyString>()?)
+}
+
 /// How a step enters its container: the reference's `ObjectType` values.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
@@ -94,12 +241,7 @@ impl Accessor {
     pub fn eq(&self, py: Python<'_>, other: &Accessor) -> PyResult<bool> {
         match (self, other) {
             (Accessor::Int(a), Accessor::Int(b)) => Ok(a == b),
-            (Accessor::Str(a), Accessor::Str(b)) => {
-                if a.as_ptr() == b.as_ptr() {
-                    return Ok(true);
-                }
-                Ok(a.bind(py).to_cow()? == b.bind(py).to_cow()?)
-            }
+            (Accessor::Str(a), Accessor::Str(b)) => Ok(str_eq(a.bind(py), b.bind(py))),
             (Accessor::Int(_), Accessor::Str(_)) | (Accessor::Str(_), Accessor::Int(_)) => {
                 Ok(false)
             }
@@ -108,23 +250,14 @@ impl Accessor {
     }
 
     /// `str(accessor)`, as an f-string would render it.
-    pub fn format(&self, py: Python<'_>, out: &mut String) -> PyResult<()> {
+    pub fn format(&self, py: Python<'_>, out: &mut Text) -> PyResult<()> {
         match self {
             Accessor::Int(v) => {
                 out.push_str(itoa_i64(*v).as_str());
                 Ok(())
             }
-            Accessor::Str(s) => {
-                out.push_str(&s.bind(py).to_cow()?);
-                Ok(())
-            }
-            Accessor::Obj(o) => {
-                let formatted = o
-                    .bind(py)
-                    .call_method1(pyo3::intern!(py, "__format__"), ("",))?;
-                out.push_str(&formatted.downcast::<PyString>()?.to_cow()?);
-                Ok(())
-            }
+            Accessor::Str(s) => out.push_py(s.bind(py)),
+            Accessor::Obj(o) => format_obj(o.bind(py), out),
         }
     }
 
@@ -191,12 +324,15 @@ pub struct Node {
 #[derive(Default)]
 pub struct DisplayCache {
     parent: Option<u32>,
-    text: String,
+    text: Text,
 }
 
 /// A prefix tree of paths. Node 0 is the empty path (the root object itself).
 pub struct Arena {
     pub nodes: Vec<Node>,
+    /// a walk went through a mapping's own `items()`, which may yield a key twice: the same path
+    /// can then occur more than once
+    pub may_repeat: bool,
 }
 
 impl Default for Arena {
@@ -208,6 +344,7 @@ impl Default for Arena {
 impl Arena {
     pub fn new() -> Arena {
         Arena {
+            may_repeat: false,
             nodes: vec![Node {
                 parent: u32::MAX,
                 depth: 0,
@@ -221,6 +358,7 @@ impl Arena {
     pub fn with_capacity(n: usize) -> Arena {
         let mut a = Arena {
             nodes: Vec::with_capacity(n + 1),
+            may_repeat: false,
         };
         a.nodes.push(Node {
             parent: u32::MAX,
@@ -320,10 +458,24 @@ impl Arena {
     }
 
     /// `Locator.display_path`: a Python-like rendering of the path.
-    pub fn display_path(&self, py: Python<'_>, id: u32, is_output: bool) -> PyResult<String> {
-        let mut out = String::new();
+    pub fn display_path<'py>(
+        &self,
+        py: Python<'py>,
+        id: u32,
+        is_output: bool,
+    ) -> PyResult<Bound<'py, PyString>> {
+        let mut out = Text::new();
         self.write_display_path(py, id, is_output, &mut out)?;
-        Ok(out)
+        out.to_py(py)
+    }
+
+    /// `display_path` for error messages (lone surrogates shown as U+FFFD).
+    pub fn display_path_lossy(&self, py: Python<'_>, id: u32, is_output: bool) -> String {
+        let mut out = Text::new();
+        match self.write_display_path(py, id, is_output, &mut out) {
+            Ok(()) => out.lossy().into_owned(),
+            Err(_) => String::new(),
+        }
     }
 
     pub fn write_display_path(
@@ -331,7 +483,7 @@ impl Arena {
         py: Python<'_>,
         id: u32,
         is_output: bool,
-        out: &mut String,
+        out: &mut Text,
     ) -> PyResult<()> {
         let start = out.len();
         if is_output {
@@ -351,7 +503,7 @@ impl Arena {
         index: usize,
         is_output: bool,
         start: usize,
-        out: &mut String,
+        out: &mut Text,
     ) -> PyResult<()> {
         let n = self.node(step);
         match n.kind {
@@ -360,8 +512,12 @@ impl Arena {
                 n.acc.format(py, out)?;
             }
             _ if !is_output && index == 0 && is_identifier(py, &n.acc)? => {
+                // the reference writes `str(accessor)` here, `format(accessor, "")` elsewhere
                 out.truncate(start);
-                n.acc.format(py, out)?;
+                match &n.acc {
+                    Accessor::Obj(o) => out.push_py(&o.bind(py).str()?)?,
+                    acc => acc.format(py, out)?,
+                }
             }
             Kind::Sequence => {
                 out.push('[');
@@ -391,7 +547,7 @@ impl Arena {
         id: u32,
         is_output: bool,
         cache: &mut DisplayCache,
-        out: &mut String,
+        out: &mut Text,
     ) -> PyResult<()> {
         let n = self.node(id);
         if id == ROOT || n.parent == ROOT {
@@ -403,7 +559,7 @@ impl Arena {
             cache.parent = Some(n.parent);
         }
         let start = out.len();
-        out.push_str(&cache.text);
+        out.push_text(&cache.text);
         self.write_step(py, id, n.depth as usize - 1, is_output, start, out)
     }
 
@@ -442,15 +598,16 @@ fn is_identifier(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
         Accessor::Int(_) => Ok(false),
         Accessor::Str(s) => {
             let s = s.bind(py);
-            let text = s.to_cow()?;
-            if text.is_ascii() {
-                let b = text.as_bytes();
-                Ok(!b.is_empty()
-                    && (b[0].is_ascii_alphabetic() || b[0] == b'_')
-                    && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_'))
-            } else {
-                s.call_method0(pyo3::intern!(py, "isidentifier"))?
-                    .is_truthy()
+            match s.to_str() {
+                Ok(text) if text.is_ascii() => {
+                    let b = text.as_bytes();
+                    Ok(!b.is_empty()
+                        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+                        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_'))
+                }
+                _ => s
+                    .call_method0(pyo3::intern!(py, "isidentifier"))?
+                    .is_truthy(),
             }
         }
         Accessor::Obj(o) => {
@@ -624,7 +781,7 @@ impl Locator {
 
     /// The path rendered like Python code: `x`, `kwargs["k"][0]`, `cache.layers[3].keys`, `output[1]`.
     #[getter]
-    fn display_path(&self, py: Python<'_>) -> PyResult<String> {
+    fn display_path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         self.arena.display_path(py, self.node, self.is_output)
     }
 
@@ -642,11 +799,11 @@ impl Locator {
         hash_to_isize(self.arena.node(self.node).hash)
     }
 
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+    fn __repr__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         self.display_path(py)
     }
 
-    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+    fn __str__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         self.display_path(py)
     }
 
@@ -755,7 +912,7 @@ pub fn step_into<'py>(
             if e.is_instance_of::<PyKeyError>(py) || e.is_instance_of::<PyIndexError>(py) {
                 let msg = format!(
                     "locator {} does not resolve: {} has no item {}",
-                    arena.display_path(py, step, false).unwrap_or_default(),
+                    arena.display_path_lossy(py, step, false),
                     obj.get_type()
                         .name()
                         .map(|n| n.to_string())

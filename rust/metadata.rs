@@ -234,7 +234,7 @@ impl<'a, 'py> View<'a, 'py> {
     }
     /// Whether each path occurs once (true for anything built by a walk).
     fn unique(&self) -> bool {
-        matches!(self, View::C(_))
+        matches!(self, View::C(c) if !c.arena.may_repeat)
     }
 }
 
@@ -567,7 +567,12 @@ thread_local! {
 fn placeholder_arena() -> Arc<Arena> {
     static EMPTY: OnceLock<Arc<Arena>> = OnceLock::new();
     EMPTY
-        .get_or_init(|| Arc::new(Arena { nodes: Vec::new() }))
+        .get_or_init(|| {
+            Arc::new(Arena {
+                nodes: Vec::new(),
+                may_repeat: false,
+            })
+        })
         .clone()
 }
 
@@ -834,7 +839,7 @@ impl SampleMetadata {
         let (a, b) = (self.view_at(py, level)?, other.view_at(py, level)?);
         let unique = a.unique() && b.unique();
         let mut tensors_checked = false;
-        if let (false, View::C(x), View::C(y)) = (exact, &a, &b) {
+        if let (false, true, View::C(x), View::C(y)) = (exact, unique, &a, &b) {
             match aligned_tensors(py, x, y)? {
                 Some(false) => return Ok(false),
                 Some(true) => tensors_checked = true,
@@ -916,9 +921,10 @@ impl SampleMetadata {
         Ok(hash_to_isize(mix(tensor_part, other_part)))
     }
 
-    fn describe_short(&self, py: Python<'_>) -> PyResult<String> {
+    fn describe_short<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         let v = self.view(py)?;
-        let mut out = String::from("Tensors: ");
+        let mut out = crate::locator::Text::new();
+        out.push_str("Tensors: ");
         for i in 0..v.n_tensors() {
             if i > 0 {
                 out.push_str(", ");
@@ -937,15 +943,10 @@ impl SampleMetadata {
                 l.arena
                     .write_display_path(py, l.node, l.is_output, &mut out)?;
                 out.push('=');
-                out.push_str(
-                    &v.other_value(py, i)
-                        .call_method1(pyo3::intern!(py, "__format__"), ("",))?
-                        .downcast::<PyString>()?
-                        .to_cow()?,
-                );
+                crate::locator::format_obj(&v.other_value(py, i), &mut out)?;
             }
         }
-        Ok(out)
+        out.to_py(py)
     }
 }
 
@@ -1224,13 +1225,14 @@ impl SampleMetadata {
         ))
     }
 
-    fn __str__(slf: &Bound<'_, Self>) -> PyResult<String> {
+    fn __str__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
         slf.try_borrow()?.describe_short(slf.py())
     }
 
-    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+    fn __repr__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
         let it = interp(slf.py())?;
-        Self::describe(slf, Some(it.info_levels[2].bind(slf.py())))?.extract()
+        Ok(Self::describe(slf, Some(it.info_levels[2].bind(slf.py())))?
+            .downcast_into::<PyString>()?)
     }
 
     /// A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
@@ -1246,7 +1248,7 @@ impl SampleMetadata {
             Some(l) => info_level_index(py, l)?,
         };
         if level == 0 {
-            return Ok(PyString::new(py, &slf.try_borrow()?.describe_short(py)?).into_any());
+            return Ok(slf.try_borrow()?.describe_short(py)?.into_any());
         }
         let level_obj = it.info_levels[level].bind(py).clone();
         it.describe.bind(py).call1((slf, level_obj))
@@ -1263,7 +1265,7 @@ impl SampleMetadata {
         let tensors = PyList::empty(py);
         for i in 0..v.n_tensors() {
             let l = v.tensor_loc(i);
-            let access = PyString::new(py, &l.arena.display_path(py, l.node, l.is_output)?);
+            let access = l.arena.display_path(py, l.node, l.is_output)?;
             let semantic = l.arena.semantic_path(py, l.node)?.str()?;
             let row = match &v {
                 View::P(p) => {
@@ -1322,7 +1324,7 @@ impl SampleMetadata {
         let others = PyList::empty(py);
         for i in 0..v.n_others() {
             let l = v.other_loc(i);
-            let access = PyString::new(py, &l.arena.display_path(py, l.node, l.is_output)?);
+            let access = l.arena.display_path(py, l.node, l.is_output)?;
             let semantic = l.arena.semantic_path(py, l.node)?.str()?;
             others.append(PyTuple::new(
                 py,
@@ -1436,7 +1438,7 @@ impl SampleMetadata {
             };
             let b = them.view(py)?;
             let aligned = match (&a, &b) {
-                (View::C(x), View::C(y)) => aligned_tensors(py, x, y)?,
+                (View::C(x), View::C(y)) if a.unique() && b.unique() => aligned_tensors(py, x, y)?,
                 _ => None,
             };
             let merges: Option<Vec<(usize, usize)>> = match aligned {

@@ -35,6 +35,9 @@ pub struct TypeInfo {
     pub is_tensor: bool,
     /// an exact torch.Tensor or nn.Parameter, which a fast tensor reader may read
     pub fast_tensor: bool,
+    /// instances may claim another class through `__class__` (proxies, mocks): whether one is a
+    /// tensor is asked per instance, as `isinstance` does
+    pub proxy: bool,
     /// `Some(flag)` when the type is a registered user type: its `only_tensors` setting
     pub only_tensors: Option<bool>,
     /// dataclass field names, in declaration order
@@ -105,7 +108,8 @@ struct Registry {
 pub struct ClassFields {
     pub _ty: Py<PyType>,
     pub names: Vec<Py<PyString>>,
-    pub set: std::collections::HashSet<String>,
+    /// the names' UTF-8 bytes (surrogates in their 3-byte form)
+    pub set: std::collections::HashSet<Vec<u8>>,
     /// `obj.__dict__` is the standard instance dict (generic attribute lookup, the usual `__dict__`
     /// getset descriptor), so it can be read with `PyObject_GenericGetDict`
     pub std_dict: bool,
@@ -306,11 +310,13 @@ fn classify(
     } else {
         Walk::Leaf
     };
+    let is_tensor = ty.is_subclass(it.tensor_type.bind(py))?;
     Ok(TypeInfo {
         ty: ty.clone().unbind(),
         walk,
         ignored,
-        is_tensor: ty.is_subclass(it.tensor_type.bind(py))?,
+        proxy: walk == Walk::Leaf && !is_tensor && !standard_class(py, ty)?,
+        is_tensor,
         fast_tensor: ty.is(it.tensor_type.bind(py)) || ty.is(it.parameter_type.bind(py)),
         only_tensors: user,
         fields,
@@ -319,6 +325,26 @@ fn classify(
         // assign the tag when the type had none
         version_tag: unsafe { (*ty.as_type_ptr()).tp_version_tag },
     })
+}
+
+/// Whether `obj.__class__` is `type(obj)` for every instance of `ty`: the generic attribute
+/// lookup finds `object`'s `__class__` descriptor (not a property, not a forwarding `__getattr__`).
+fn standard_class(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<bool> {
+    // SAFETY: reading a slot of a live type object
+    let generic = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize)
+        == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    if !generic {
+        return Ok(false);
+    }
+    let object = py.get_type::<pyo3::types::PyAny>();
+    let name = pyo3::intern!(py, "__class__");
+    for k in ty.getattr(pyo3::intern!(py, "__mro__"))?.try_iter()? {
+        let k = k?;
+        if k.getattr(pyo3::intern!(py, "__dict__"))?.contains(name)? {
+            return Ok(k.is(&object));
+        }
+    }
+    Ok(false)
 }
 
 /// The public data attributes a user-type class declares: `dir(cls)` without private names,
@@ -333,8 +359,8 @@ pub fn class_fields(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<Clas
     let mut set = std::collections::HashSet::new();
     for attr in ty.dir()?.iter() {
         let name = attr.downcast_into::<PyString>()?;
-        let text = name.to_cow()?.into_owned();
-        if text.starts_with('_') {
+        let text = crate::locator::str_bytes(&name)?.into_owned();
+        if text.starts_with(b"_") {
             continue;
         }
         let value = match ty.getattr(&name) {

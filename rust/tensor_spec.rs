@@ -95,6 +95,15 @@ impl Dim {
             // str() names the symbol without specialising it
             return Ok(Dim::Sym(v.str()?.to_cow()?.into()));
         }
+        // SAFETY: a live object; PyIndex_Check only reads its type's slots
+        if unsafe { pyo3::ffi::PyIndex_Check(v.as_ptr()) } != 0 {
+            // an int-like (a numpy integer): the reference keeps it and does int arithmetic on it
+            // SAFETY: a new reference or NULL with an exception set
+            let i = unsafe {
+                Bound::from_owned_ptr_or_err(v.py(), pyo3::ffi::PyNumber_Index(v.as_ptr()))?
+            };
+            return Ok(Dim::Int(i.extract()?));
+        }
         Err(PyTypeError::new_err(format!(
             "TensorSpec.shape holds ints and strings, got {} ({})",
             v.repr()?,
@@ -412,16 +421,32 @@ pub fn read_tensor(
     }
     let start = dims.len();
     let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
-    let shape = shape
-        .downcast::<PyTuple>()
-        .map_err(|_| PyTypeError::new_err("tensor.shape is not a tuple"))?;
-    for d in shape.iter_borrowed() {
-        // check the type first: converting a torch.SymInt to int would specialise it (add a guard)
-        if !d.is_instance_of::<PyInt>() {
+    // a tuple (torch.Size) or list of exact ints; anything else (a torch.SymInt, a numpy integer,
+    // another iterable) is kept as the reference keeps it, in a spec built the Python way
+    // check the type first: converting a torch.SymInt to int would specialise it (add a guard);
+    // exact ints convert without running Python code, so the sequence cannot change meanwhile
+    let mut take = |d: &Bound<'_, PyAny>| -> PyResult<bool> {
+        if !d.is_exact_instance_of::<PyInt>() {
             dims.truncate(start);
-            return Ok(None);
+            return Ok(false);
         }
         dims.push(d.extract::<i64>()?);
+        Ok(true)
+    };
+    if let Ok(t) = shape.downcast::<PyTuple>() {
+        for d in t.iter_borrowed() {
+            if !take(&d)? {
+                return Ok(None);
+            }
+        }
+    } else if let Ok(l) = shape.downcast::<PyList>() {
+        for d in l.iter() {
+            if !take(&d)? {
+                return Ok(None);
+            }
+        }
+    } else {
+        return Ok(None);
     }
     let dtype = tensor.getattr(pyo3::intern!(py, "dtype"))?;
     Ok(Some(memo.id(&dtype)?))

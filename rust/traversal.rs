@@ -10,7 +10,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple, PyType};
 
-use crate::locator::{rich_eq, Accessor, Arena, Kind, Locator, ROOT};
+use crate::locator::{rich_eq, str_bytes, Accessor, Arena, Kind, Locator, ROOT};
 use crate::registry::{class_fields, type_info, ClassFields, TypeInfo, Walk};
 
 /// The deepest nesting accepted; deeper structures are rejected with a `ValueError`.
@@ -36,7 +36,13 @@ enum Source<'py> {
     /// a list, the next index, and whether to prefetch ahead (long lists, a fast tensor reader)
     List(Bound<'py, PyList>, usize, Option<Lookahead>),
     Tuple(Bound<'py, PyTuple>, usize, Option<Lookahead>),
-    Dict(Bound<'py, PyDict>, ffi::Py_ssize_t, ffi::Py_ssize_t),
+    /// a dict, the `PyDict_Next` position, its size at the start, and how many items are left
+    Dict(
+        Bound<'py, PyDict>,
+        ffi::Py_ssize_t,
+        ffi::Py_ssize_t,
+        ffi::Py_ssize_t,
+    ),
     Seq(Bound<'py, PyIterator>, i64),
     Items(Bound<'py, PyIterator>),
     /// attribute fields; with the instance dict and which fields may be read from it directly
@@ -125,7 +131,7 @@ impl<'py> Source<'py> {
                 *i += 1;
                 Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
             }
-            Source::Dict(d, pos, len) => {
+            Source::Dict(d, pos, len, left) => {
                 // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
                 let mut k: *mut ffi::PyObject = std::ptr::null_mut();
                 let mut v: *mut ffi::PyObject = std::ptr::null_mut();
@@ -138,6 +144,13 @@ impl<'py> Source<'py> {
                 if unsafe { ffi::PyDict_Next(d.as_ptr(), pos, &mut k, &mut v) } == 0 {
                     return Ok(None);
                 }
+                // as a dict iterator does: more items than the dict had means keys were replaced
+                if *left == 0 {
+                    return Err(PyRuntimeError::new_err(
+                        "dictionary keys changed during iteration",
+                    ));
+                }
+                *left -= 1;
                 let key = unsafe { Bound::from_borrowed_ptr(py, k) };
                 let value = unsafe { Bound::from_borrowed_ptr(py, v) };
                 Ok(Some((Accessor::from_py(&key), value, Kind::Dict)))
@@ -249,6 +262,8 @@ fn direct_fields(
 #[derive(Default)]
 struct Memo {
     types: Vec<(usize, Arc<TypeInfo>)>,
+    /// per proxy type, its classification for instances that are tensors
+    proxies: Vec<(usize, Arc<TypeInfo>)>,
     fields: Vec<(usize, Arc<ClassFields>)>,
     instances: Vec<InstanceFields>,
 }
@@ -289,6 +304,43 @@ impl Memo {
             .find(|(_, i)| std::ptr::eq(Arc::as_ptr(i), info.0))
             .map(|(_, i)| i.clone())
             .ok_or_else(|| PyRuntimeError::new_err("internal error: a type left the walk's memo"))
+    }
+
+    /// `info` for a leaf `value`: for types whose instances may forward `__class__`, the
+    /// classification as a tensor when `isinstance(value, torch.Tensor)` says so.
+    #[inline]
+    fn leaf_info(
+        &mut self,
+        py: Python<'_>,
+        info: InfoRef,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<InfoRef> {
+        if !info.proxy {
+            return Ok(info);
+        }
+        if !value.is_instance(crate::interp::interp(py)?.tensor_type.bind(py))? {
+            return Ok(info);
+        }
+        let key = info.ty.as_ptr() as usize;
+        if let Some((_, i)) = self.proxies.iter().find(|(k, _)| *k == key) {
+            return Ok(InfoRef(Arc::as_ptr(i)));
+        }
+        let as_tensor = Arc::new(TypeInfo {
+            ty: info.ty.clone_ref(py),
+            walk: Walk::Leaf,
+            ignored: info.ignored,
+            is_tensor: true,
+            fast_tensor: false,
+            proxy: true,
+            only_tensors: info.only_tensors,
+            fields: Vec::new(),
+            user_dict_data: false,
+            version_tag: 0,
+        });
+        // like `types`, `proxies` keeps each `Arc` for the memo's life (see `InfoRef`)
+        let r = InfoRef(Arc::as_ptr(&as_tensor));
+        self.proxies.push((key, as_tensor));
+        Ok(r)
     }
 
     fn class_fields(
@@ -395,7 +447,7 @@ fn open<'py>(
         Walk::Dict => {
             let d = obj.downcast::<PyDict>()?.clone();
             let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
-            Source::Dict(d, 0, len)
+            Source::Dict(d, 0, len, len)
         }
         Walk::Sequence => Source::Seq(obj.try_iter()?, 0),
         Walk::Mapping => mapping_source(py, obj, &info)?,
@@ -440,7 +492,7 @@ fn mapping_source<'py>(
     let dict_source = |d: Bound<'py, PyDict>| {
         // SAFETY: the size of a dict we hold
         let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
-        Source::Dict(d, 0, len)
+        Source::Dict(d, 0, len, len)
     };
     if info.user_dict_data_valid(&obj.get_type()) {
         if let Some(d) = user_dict_data(py, obj) {
@@ -493,20 +545,21 @@ fn instance_fields(
     dict: &Bound<'_, PyAny>,
     class: &ClassFields,
 ) -> PyResult<Option<Vec<Py<PyString>>>> {
-    let mut extra: Vec<(String, Py<PyString>)> = Vec::new();
+    // sorted by their UTF-8 bytes (surrogates in their 3-byte form): Python's code point order
+    let mut extra: Vec<(Vec<u8>, Py<PyString>)> = Vec::new();
     if let Ok(d) = dict.downcast::<PyDict>() {
         for k in d.keys() {
             let name = k.downcast_into::<PyString>()?;
-            let text = name.to_cow()?;
-            if !text.starts_with('_') && !class.set.contains(text.as_ref()) {
+            let text = str_bytes(&name)?;
+            if !text.starts_with(b"_") && !class.set.contains(text.as_ref()) {
                 extra.push((text.into_owned(), name.unbind()));
             }
         }
     } else if dict.is_truthy()? {
         for k in dict.try_iter()? {
             let name = k?.downcast_into::<PyString>()?;
-            let text = name.to_cow()?;
-            if !text.starts_with('_') && !class.set.contains(text.as_ref()) {
+            let text = str_bytes(&name)?;
+            if !text.starts_with(b"_") && !class.set.contains(text.as_ref()) {
                 extra.push((text.into_owned(), name.unbind()));
             }
         }
@@ -515,7 +568,7 @@ fn instance_fields(
         return Ok(None);
     }
     for n in &class.names {
-        extra.push((n.bind(py).to_cow()?.into_owned(), n.clone_ref(py)));
+        extra.push((str_bytes(n.bind(py))?.into_owned(), n.clone_ref(py)));
     }
     extra.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Some(extra.into_iter().map(|(_, n)| n).collect()))
@@ -523,7 +576,10 @@ fn instance_fields(
 
 fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
     match acc {
-        Accessor::Str(s) => Ok(s.bind(py).to_cow()? == "cache_position"),
+        // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
+        Accessor::Str(s) => Ok(unsafe {
+            ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
+        }),
         Accessor::Int(_) => Ok(false),
         Accessor::Obj(o) => rich_eq(o.bind(py), &PyString::new(py, "cache_position")),
     }
@@ -592,6 +648,7 @@ pub fn walk<V: Visitor>(
         return Ok(());
     }
     if info.walk == Walk::Leaf {
+        let info = memo.leaf_info(py, info, root)?;
         if !only_tensors || info.is_tensor {
             visitor.leaf(py, arena, None, root, &info, false)?;
         }
@@ -600,8 +657,10 @@ pub fn walk<V: Visitor>(
     let mut on_stack = OnStack::default();
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
+    let src = open(py, &mut memo, root, info)?;
+    arena.may_repeat |= matches!(src, Source::Items(_));
     let mut stack = vec![Frame {
-        src: open(py, &mut memo, root, info)?,
+        src,
         node: ROOT,
         only_tensors: info.only_tensors.unwrap_or(only_tensors),
         ptr: root_ptr,
@@ -624,6 +683,7 @@ pub fn walk<V: Visitor>(
             under_cp = is_cache_position(py, &acc)?;
         }
         if info.walk == Walk::Leaf {
+            let info = memo.leaf_info(py, info, &value)?;
             if !frame_only || info.is_tensor {
                 visitor.leaf(
                     py,
@@ -654,6 +714,8 @@ pub fn walk<V: Visitor>(
         }
         on_stack.insert(ptr, node);
         let src = open(py, &mut memo, &value, info)?;
+        // a mapping read through its own `items()` may yield a key twice
+        arena.may_repeat |= matches!(src, Source::Items(_));
         stack.push(Frame {
             src,
             node,
@@ -665,7 +727,7 @@ pub fn walk<V: Visitor>(
 }
 
 fn display(py: Python<'_>, arena: &Arena, node: u32) -> String {
-    let text = arena.display_path(py, node, false).unwrap_or_default();
+    let text = arena.display_path_lossy(py, node, false);
     if text.is_empty() {
         "the root".into()
     } else {

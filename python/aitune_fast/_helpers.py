@@ -163,7 +163,11 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     import torch
 
     pairs = list(metadata.tensor_data)
+    # Each locator is read once and set once, as the reference does on its copy (user-type getters
+    # may count or have side effects): a tensor with batch axes is read from `inputs` (to batch it
+    # before the copy), any other from the copy.
     batched_of: list[Any] = []
+    read: list[Any] = []  # the tensor read from `inputs`, or None where the copy is read instead
     watched: dict[int, Any] = {}
     replaced: dict[int, int] = {}
     shortcut = True
@@ -171,9 +175,11 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     plain = (torch.Tensor, torch.nn.Parameter)
     with torch.no_grad():  # the results must not hang on the input's autograd graph
         for locator, spec in pairs:
-            tensor = locator.get_value(inputs)
+            tensor = None
             result = None
             multipliers = spec.get_batch_axis_multipliers()
+            if multipliers:
+                tensor = locator.get_value(inputs)
             if multipliers and isinstance(tensor, tensor_type):
                 result = _fresh_batch(tensor, multipliers, batch_size, torch, plain)
                 if result is NotImplemented:
@@ -190,19 +196,26 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
                     watched[key] = tensor  # stands in until the locator is set below
                     replaced[key] = replaced.get(key, 0) + 1
             batched_of.append(result)
+            read.append(tensor)
+    memo: dict[int, Any] = {}
     if shortcut and watched:
-        memo = _CountingMemo(watched)
-        out = copy.deepcopy(inputs, memo)
-        if memo.met != replaced:
+        counting = _CountingMemo(watched)
+        out = copy.deepcopy(inputs, counting)
+        if counting.met == replaced:
+            memo = counting
+        else:
             shortcut = False  # a resized tensor is also held somewhere no locator replaces
     else:
         shortcut = False
     if not shortcut:
-        out = copy.deepcopy(inputs)
-        batched_of = [None] * len(pairs)
-    for (locator, spec), result in zip(pairs, batched_of, strict=True):
+        # the plain deep copy; tensors batched from `inputs` equal those batched from the copy
+        out = copy.deepcopy(inputs, memo)
+    for (locator, spec), result, tensor in zip(pairs, batched_of, read, strict=True):
         if result is None:
-            result = batch_tensor(locator.get_value(out), spec, batch_size)
+            if isinstance(tensor, torch.Tensor) and id(tensor) in memo:
+                result = memo[id(tensor)]  # unchanged: the copy's own tensor
+            else:
+                result = batch_tensor(locator.get_value(out), spec, batch_size)
         out = locator.set_value(out, result)
     return out
 
