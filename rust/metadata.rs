@@ -233,7 +233,7 @@ impl<'a, 'py> View<'a, 'py> {
             .unwrap_or_default()
     }
     /// Whether each path occurs once (true for anything built by a walk).
-    fn unique(&self) -> bool {
+    pub fn unique(&self) -> bool {
         matches!(self, View::C(c) if !c.arena.may_repeat)
     }
 }
