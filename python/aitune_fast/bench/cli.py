@@ -20,7 +20,15 @@ from typing import Any
 import torch
 
 from . import memory, report, scaling, timing
-from .impls import OPTREE_NAMESPACE, Impl, load_fast_impl, load_reference_impl, register_optree, register_user_types
+from .impls import (
+    OPTREE_NAMESPACE,
+    Impl,
+    load_fast_impl,
+    load_optree,
+    load_reference_impl,
+    register_optree,
+    register_user_types,
+)
 from .progress import Progress
 from .workloads import WORKLOADS, Workload, flatten_tensors
 
@@ -159,16 +167,16 @@ def candidates_for(op: Op, impls: list[Impl], state: dict[str, dict[str, Any]], 
         stmt = op.stmt or impl.to_json_stmt
         cands.append(timing.Candidate(impl.key, stmt, state[impl.key]))
     if op.traversal_input:
-        import optree
-
-        x = wl[op.traversal_input]
-        cands.append(
-            timing.Candidate(
-                "optree",
-                OPTREE_STMT,
-                {"flatten": optree.tree_flatten_with_path, "x": x, "NS": OPTREE_NAMESPACE, "Tensor": torch.Tensor},
+        optree = load_optree()
+        if optree is not None:
+            x = wl[op.traversal_input]
+            cands.append(
+                timing.Candidate(
+                    "optree",
+                    OPTREE_STMT,
+                    {"flatten": optree.tree_flatten_with_path, "x": x, "NS": OPTREE_NAMESPACE, "Tensor": torch.Tensor},
+                )
             )
-        )
         cands.append(timing.Candidate("floor", FLOOR_STMT, {"flat": wl["flat_" + op.traversal_input]}))
     return cands
 
@@ -330,8 +338,8 @@ def _setup_weight(workload: Workload) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    ref = load_reference_impl()
     try:
+        ref = load_reference_impl()
         fast = load_fast_impl(args.impl_fallback_reference)
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
