@@ -27,8 +27,6 @@ pub struct Interp {
     pub prefill: Py<PyString>,
     pub decode: Py<PyString>,
     pub empty_str: Py<PyString>,
-    /// the C++ shim matches the running torch
-    pub shim: bool,
     pub output_str: Py<PyString>,
 }
 
@@ -83,7 +81,6 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
             prefill: PyString::intern(py, "prefill").unbind(),
             decode: PyString::intern(py, "decode").unbind(),
             empty_str: PyString::intern(py, "").unbind(),
-            shim: crate::torch_shim::compatible(py)?,
             output_str: PyString::intern(py, "output").unbind(),
         })
     })

@@ -9,10 +9,10 @@ pub mod json;
 pub mod json_text;
 pub mod locator;
 pub mod metadata;
+pub mod reader;
 pub mod registry;
 pub mod str_sink;
 pub mod tensor_spec;
-pub mod torch_shim;
 pub mod traversal;
 
 #[pymodule]
@@ -22,6 +22,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<metadata::SampleMetadata>()?;
     m.add_class::<metadata::ExactSampleMetadata>()?;
     m.add("MAX_DEPTH", traversal::MAX_DEPTH)?;
-    m.add("HAS_TORCH_SHIM", cfg!(aft_torch_shim))?;
+    m.add_function(wrap_pyfunction!(reader::tensor_reader, m)?)?;
+    m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
+    m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;
+    m.add_function(wrap_pyfunction!(reader::dlpack_stats, m)?)?;
     Ok(())
 }

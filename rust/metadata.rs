@@ -941,14 +941,12 @@ fn py_view<'py>(
 
 fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let it = interp(py)?;
-    if it.shim && cache_position.get_type().is(it.tensor_type.bind(py)) {
-        if let Some(first) = crate::torch_shim::first_int(cache_position) {
-            return Ok(if first == 0 {
-                it.prefill.clone_ref(py).into_any()
-            } else {
-                it.decode.clone_ref(py).into_any()
-            });
-        }
+    if let Some(first) = crate::reader::first_int(py, cache_position)? {
+        return Ok(if first == 0 {
+            it.prefill.clone_ref(py).into_any()
+        } else {
+            it.decode.clone_ref(py).into_any()
+        });
     }
     let first = cache_position
         .get_item(0)?

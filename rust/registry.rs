@@ -33,7 +33,7 @@ pub struct TypeInfo {
     pub walk: Walk,
     pub ignored: bool,
     pub is_tensor: bool,
-    /// an exact torch.Tensor or nn.Parameter that the C++ shim can read
+    /// an exact torch.Tensor or nn.Parameter, which a fast tensor reader may read
     pub fast_tensor: bool,
     /// `Some(flag)` when the type is a registered user type: its `only_tensors` setting
     pub only_tensors: Option<bool>,
@@ -235,8 +235,7 @@ fn classify(
         walk,
         ignored,
         is_tensor: ty.is_subclass(it.tensor_type.bind(py))?,
-        fast_tensor: it.shim
-            && (ty.is(it.tensor_type.bind(py)) || ty.is(it.parameter_type.bind(py))),
+        fast_tensor: ty.is(it.tensor_type.bind(py)) || ty.is(it.parameter_type.bind(py)),
         only_tensors: user,
         fields,
     })

@@ -319,9 +319,10 @@ pub fn dtype_str(id: u16) -> String {
     table[id as usize].text.clone()
 }
 
-/// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype.
+/// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype; and whether
+/// the fast tensor reader may read this walk's tensors (asked once per walk).
 #[derive(Default)]
-pub struct DtypeMemo(Vec<(usize, u16)>);
+pub struct DtypeMemo(Vec<(usize, u16)>, Option<bool>);
 
 impl DtypeMemo {
     #[inline]
@@ -336,6 +337,19 @@ impl DtypeMemo {
         self.0.push((ptr, id));
         Ok(id)
     }
+
+    /// Whether the fast tensor reader may read exact tensors in this walk.
+    #[inline]
+    fn fast_reader(&mut self, py: Python<'_>) -> PyResult<bool> {
+        match self.1 {
+            Some(f) => Ok(f),
+            None => {
+                let f = crate::reader::fast_now(py)?;
+                self.1 = Some(f);
+                Ok(f)
+            }
+        }
+    }
 }
 
 // ---- reading tensors ----------------------------------------------------------------------------
@@ -343,7 +357,7 @@ impl DtypeMemo {
 /// Append the sizes of `tensor` to `dims` and return its dtype id; `None` (with `dims` as it
 /// was) when a size is symbolic (`torch.SymInt`): the caller then keeps the tensor's Python spec.
 ///
-/// `fast`: the tensor is an exact `torch.Tensor`/`nn.Parameter` and the C++ shim may read it.
+/// `fast`: the tensor is an exact `torch.Tensor`/`nn.Parameter`, which a fast reader may read.
 pub fn read_tensor(
     py: Python<'_>,
     tensor: &Bound<'_, PyAny>,
@@ -351,9 +365,12 @@ pub fn read_tensor(
     dims: &mut Vec<i64>,
     memo: &mut DtypeMemo,
 ) -> PyResult<Option<u16>> {
-    if fast {
-        if let Some(id) = crate::torch_shim::tensor_meta(tensor, dims)? {
-            return Ok(Some(id));
+    if fast && memo.fast_reader(py)? {
+        if let crate::reader::Fast::Read(dtype) = crate::reader::read_fast(py, tensor, dims) {
+            return Ok(Some(match dtype {
+                Some(d) => memo.id(d.bind(py))?,
+                None => memo.id(&tensor.getattr(pyo3::intern!(py, "dtype"))?)?,
+            }));
         }
     }
     let start = dims.len();

@@ -33,7 +33,7 @@ pub trait Visitor {
 }
 
 enum Source<'py> {
-    /// a list, the next index, and the tensor types to prefetch ahead (long lists, shim on)
+    /// a list, the next index, and whether to prefetch ahead (long lists, a fast tensor reader)
     List(Bound<'py, PyList>, usize, Option<Lookahead>),
     Tuple(Bound<'py, PyTuple>, usize, Option<Lookahead>),
     Dict(Bound<'py, PyDict>, ffi::Py_ssize_t, ffi::Py_ssize_t),
@@ -66,43 +66,23 @@ impl FieldList {
 }
 
 /// Prefetching for long lists of tensors: a walk that reads a million tensors scattered over
-/// memory otherwise waits on a cache miss for each tensor's object and again for its TensorImpl.
-/// At item `i` the object of item `i + FAR` is requested and, its header having arrived by then,
-/// the TensorImpl of item `i + NEAR`.
+/// memory otherwise waits on a cache miss for each tensor's object. At item `i` the object of
+/// item `i + FAR` is requested.
 #[derive(Clone, Copy)]
-struct Lookahead {
-    tensor: usize,
-    parameter: usize,
-}
+struct Lookahead;
 
 impl Lookahead {
     const FAR: usize = 16;
-    const NEAR: usize = 8;
 
     fn for_len(py: Python<'_>, len: usize) -> PyResult<Option<Lookahead>> {
-        let it = crate::interp::interp(py)?;
-        Ok((it.shim && len > Self::FAR).then(|| Lookahead {
-            tensor: it.tensor_type.as_ptr() as usize,
-            parameter: it.parameter_type.as_ptr() as usize,
-        }))
+        Ok((len > Self::FAR && crate::reader::fast_selected(py)?).then_some(Lookahead))
     }
 
     /// Prefetch ahead of item `i` of a sequence of `len` items read by `item`.
     #[inline]
     fn run(&self, len: usize, i: usize, item: impl Fn(usize) -> *mut ffi::PyObject) {
         if i + Self::FAR < len {
-            crate::torch_shim::prefetch(item(i + Self::FAR) as *const u8);
-        }
-        if i + Self::NEAR < len {
-            let near = item(i + Self::NEAR);
-            // SAFETY: a live item (the caller's sequence holds it) whose header was requested
-            // `FAR - NEAR` items ago; an exact tensor type is what `prefetch_tensor` needs
-            unsafe {
-                let ty = ffi::Py_TYPE(near) as usize;
-                if ty == self.tensor || ty == self.parameter {
-                    crate::torch_shim::prefetch_tensor(near);
-                }
-            }
+            crate::reader::prefetch(item(i + Self::FAR) as *const u8);
         }
     }
 }

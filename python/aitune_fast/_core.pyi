@@ -14,8 +14,19 @@ from aitune_fast._enums import InfoLevel, ObjectType
 MAX_DEPTH: int
 """The deepest nesting a walk accepts; deeper arguments raise ValueError."""
 
-HAS_TORCH_SHIM: bool
-"""Whether the C++ shim that reads tensor sizes without Python calls was compiled in."""
+def tensor_reader() -> Literal["dlpack", "python"]:
+    """The tensor reader in use, chosen on first call from ``AITUNE_FAST_TENSOR_READER`` (``auto``,
+    ``dlpack``, ``stable_abi``, ``python``): RuntimeError when the one named is unavailable, saying why;
+    ValueError for an unknown name."""
+
+def tensor_readers_available() -> list[str]:
+    """The readers this process could use, fastest first (``"python"`` always)."""
+
+def _force_tensor_reader(name: str) -> None:
+    """Switch readers in this process (tests); the reader must be available."""
+
+def _dlpack_stats() -> tuple[int, int]:
+    """``(refused, skipped)``: DLPack reads torch refused so far, and reads sent to Python by the back-off."""
 
 Accessor = int | str | Any
 

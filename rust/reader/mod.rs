@@ -1,0 +1,260 @@
+//! Reading a tensor's sizes, dtype and `cache_position[0]`: one interface over the readers torch
+//! offers at run time, chosen once per process.
+//!
+//! - `dlpack` ([`dlpack`]): torch's DLPack C exchange API (torch 2.10 and later), a C function that
+//!   fills a `DLTensor` for an exact `torch.Tensor`/`nn.Parameter` without allocating. Resolved at
+//!   run time from a PyCapsule on `torch.Tensor`: no link-time dependency on torch's libraries and
+//!   no C++ ABI coupling.
+//! - `python`: the attribute path (`t.shape`, `t.dtype`, in `tensor_spec::read_tensor`), for every
+//!   torch, every tensor subclass, and every tensor the fast reader declines (meta, sparse,
+//!   quantized, nested, symbolic sizes, an active `TorchFunctionMode`).
+//!
+//! `AITUNE_FAST_TENSOR_READER` (`auto`, the default; `dlpack`; `stable_abi`; `python`) forces one;
+//! forcing a reader this torch does not offer is an error at import, saying why.
+//!
+//! This layer knows torch and Python only: it hands back dtype objects, never the ids the
+//! metadata layers store.
+
+pub mod dlpack;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyTuple, PyType};
+
+/// Most dimensions a fast reader hands over; higher ranks go through Python.
+pub const MAX_RANK: usize = 64;
+
+/// The environment variable that forces a reader.
+pub const ENV: &str = "AITUNE_FAST_TENSOR_READER";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Python = 1,
+    Dlpack = 2,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Python => "python",
+            Kind::Dlpack => "dlpack",
+        }
+    }
+}
+
+/// 0 until chosen, else a `Kind`.
+static KIND: AtomicU8 = AtomicU8::new(0);
+
+/// What the selection needs again and again.
+struct Types {
+    tensor: Py<PyType>,
+    parameter: Py<PyType>,
+    mode_enabled: Py<PyAny>,
+    untyped_storage: Py<PyAny>,
+}
+
+static TYPES: GILOnceCell<Types> = GILOnceCell::new();
+
+fn types(py: Python<'_>) -> PyResult<&'static Types> {
+    TYPES.get_or_try_init(py, || {
+        let torch = py.import("torch")?;
+        let tensor = torch.getattr("Tensor")?.downcast_into::<PyType>()?;
+        Ok(Types {
+            untyped_storage: tensor.getattr("untyped_storage")?.unbind(),
+            tensor: tensor.unbind(),
+            parameter: torch
+                .getattr("nn")?
+                .getattr("Parameter")?
+                .downcast_into::<PyType>()?
+                .unbind(),
+            mode_enabled: torch
+                .getattr("_C")?
+                .getattr("_is_torch_function_mode_enabled")?
+                .unbind(),
+        })
+    })
+}
+
+/// The reader in use, chosen on first call from `AITUNE_FAST_TENSOR_READER`.
+pub fn kind(py: Python<'_>) -> PyResult<Kind> {
+    match KIND.load(Ordering::Relaxed) {
+        1 => Ok(Kind::Python),
+        2 => Ok(Kind::Dlpack),
+        _ => {
+            let requested = std::env::var(ENV).unwrap_or_default();
+            let k = select(py, requested.trim())?;
+            KIND.store(k as u8, Ordering::Relaxed);
+            Ok(k)
+        }
+    }
+}
+
+/// Why `name` cannot be used here, or `None` when it can.
+fn unavailable(py: Python<'_>, name: &str) -> PyResult<Option<String>> {
+    Ok(match name {
+        "python" => None,
+        "dlpack" => dlpack::unavailable(py)?,
+        "stable_abi" => {
+            Some("this build of aitune_fast does not implement the stable C ABI reader".to_string())
+        }
+        _ => unreachable!("checked by the caller"),
+    })
+}
+
+fn select(py: Python<'_>, requested: &str) -> PyResult<Kind> {
+    match requested {
+        "" | "auto" => Ok(if dlpack::unavailable(py)?.is_none() {
+            Kind::Dlpack
+        } else {
+            Kind::Python
+        }),
+        "python" | "dlpack" | "stable_abi" => match unavailable(py, requested)? {
+            Some(why) => Err(PyRuntimeError::new_err(format!(
+                "{ENV}={requested}: the {requested} tensor reader is not available: {why}"
+            ))),
+            None => Ok(if requested == "dlpack" {
+                Kind::Dlpack
+            } else {
+                Kind::Python
+            }),
+        },
+        other => Err(PyValueError::new_err(format!(
+            "{ENV}={other:?}: expected one of auto, dlpack, stable_abi, python"
+        ))),
+    }
+}
+
+/// The readers this process could use, fastest first.
+pub fn available(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    let mut v = Vec::new();
+    if dlpack::unavailable(py)?.is_none() {
+        v.push("dlpack");
+    }
+    v.push("python");
+    Ok(v)
+}
+
+/// Switch readers (tests compare them in one process); the name must be available.
+pub fn force(py: Python<'_>, name: &str) -> PyResult<()> {
+    let k = match name {
+        "python" | "dlpack" | "stable_abi" => select(py, name)?,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown tensor reader {other:?}: expected one of dlpack, stable_abi, python"
+            )))
+        }
+    };
+    KIND.store(k as u8, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether a fast reader may read exact tensors now: one is selected and no `TorchFunctionMode`
+/// is active (a mode sees, and may change, what `t.shape` returns). Callers ask once per walk.
+pub fn fast_now(py: Python<'_>) -> PyResult<bool> {
+    if kind(py)? == Kind::Python {
+        return Ok(false);
+    }
+    let t = types(py)?;
+    Ok(!t.mode_enabled.bind(py).call0()?.is_truthy()?)
+}
+
+/// Whether a fast reader is selected (modes aside): worth prefetching tensor objects.
+#[inline]
+pub fn fast_selected(py: Python<'_>) -> PyResult<bool> {
+    Ok(kind(py)? != Kind::Python)
+}
+
+/// What a fast read found.
+pub enum Fast {
+    /// sizes appended to `dims`; the dtype object, or `None` when only Python can name it
+    Read(Option<&'static Py<PyAny>>),
+    /// nothing read (`dims` unchanged): ask Python
+    Declined,
+}
+
+/// Read `tensor`, an exact `torch.Tensor`/`nn.Parameter`, with the fast reader. Only call when
+/// [`fast_now`] said yes for this walk.
+#[inline]
+pub fn read_fast(py: Python<'_>, tensor: &Bound<'_, PyAny>, dims: &mut Vec<i64>) -> Fast {
+    dlpack::read(py, tensor, dims)
+}
+
+/// `cache_position[0].item()` when a fast reader can prove the read safe and exact: a 1-d
+/// int64/int32 CPU tensor with at least one element whose first element lies inside its storage.
+/// `None`: the caller must do what the reference does (`cache_position[0].item()`), which raises
+/// torch's own error for a view past its storage.
+pub fn first_int(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if kind(py)? != Kind::Dlpack {
+        return Ok(None);
+    }
+    let t = types(py)?;
+    let ty = tensor.get_type();
+    if !(ty.is(t.tensor.bind(py)) || ty.is(t.parameter.bind(py))) || !fast_now(py)? {
+        return Ok(None);
+    }
+    // the storage's extent first: no Python runs between the DLPack read and the load
+    let Some((base, nbytes)) = storage_extent(py, tensor, t) else {
+        return Ok(None);
+    };
+    Ok(dlpack::first_int(py, tensor, base, nbytes))
+}
+
+/// `(data address, size in bytes)` of the tensor's storage, or `None` when torch would not say.
+fn storage_extent(py: Python<'_>, tensor: &Bound<'_, PyAny>, t: &Types) -> Option<(usize, usize)> {
+    let read = || -> PyResult<(usize, usize)> {
+        let storage = t
+            .untyped_storage
+            .bind(py)
+            .call1(PyTuple::new(py, [tensor])?)?;
+        let base: usize = storage
+            .call_method0(pyo3::intern!(py, "data_ptr"))?
+            .extract()?;
+        let nbytes: usize = storage
+            .call_method0(pyo3::intern!(py, "nbytes"))?
+            .extract()?;
+        Ok((base, nbytes))
+    };
+    read().ok() // a storage torch will not describe: the reference path raises its error
+}
+
+/// Start loading the memory at `ptr` into cache (a hint: it never faults and may do nothing).
+#[inline(always)]
+pub fn prefetch(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never dereferences in a way that can fault
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(ptr as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+/// The public face: `_core.tensor_reader()`.
+#[pyfunction]
+pub fn tensor_reader(py: Python<'_>) -> PyResult<&'static str> {
+    Ok(kind(py)?.name())
+}
+
+/// `_core.tensor_readers_available()`.
+#[pyfunction]
+pub fn tensor_readers_available(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    available(py)
+}
+
+/// `_core._force_tensor_reader(name)`: for tests that compare readers in one process.
+#[pyfunction]
+#[pyo3(name = "_force_tensor_reader")]
+pub fn force_tensor_reader(py: Python<'_>, name: &str) -> PyResult<()> {
+    force(py, name)
+}
+
+/// `_core._dlpack_stats()`: how often the DLPack reader was refused (tests, diagnostics).
+#[pyfunction]
+#[pyo3(name = "_dlpack_stats")]
+pub fn dlpack_stats() -> (u64, u64) {
+    dlpack::stats()
+}
