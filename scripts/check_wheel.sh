@@ -81,7 +81,7 @@ say "clean clone of ${SHA:0:10} in $SRC"
 failed=()
 for entry in "${MATRIX[@]}"; do
     IFS=: read -r PYV TORCH_SPEC BUILD <<<"$entry"
-    NAME="py$PYV-$(echo "$TORCH_SPEC" | tr -c 'A-Za-z0-9.\n' '_')-$BUILD"
+    NAME="py$PYV-$(echo "$TORCH_SPEC" | sed -e 's/[=<>!~,]\{1,\}/-/g; s/\*/x/g; s/[^A-Za-z0-9.-]/_/g')-$BUILD"
     echo
     say "=== $NAME: Python $PYV, $TORCH_SPEC, built by $BUILD"
     set +e # the subshell runs with -e (a subshell tested by || or if would not), its status read after
@@ -109,7 +109,7 @@ for entry in "${MATRIX[@]}"; do
         export CARGO_TARGET_DIR="$WORK/target-$NAME"  # a fresh build: nothing cached from earlier runs
         case "$BUILD" in
             pip) (cd "$WORK" && "$VPY" -m pip wheel -q --no-deps -w "$OUT" "$SRC") ;;
-            maturin) "$TOOLS/bin/maturin" build -q --release -i "$VPY" -o "$OUT" -m "$SRC/Cargo.toml" ;;
+            maturin) "$TOOLS/bin/maturin" build --release -i "$VPY" -o "$OUT" -m "$SRC/Cargo.toml" 2>&1 | sed '/^ *Compiling /d' ;;
             *) die "unknown build $BUILD (pip or maturin)" ;;
         esac
         WHL="$(ls "$OUT"/aitune_fast-*.whl)"
@@ -149,7 +149,7 @@ EOF
             cat "$WORK/smoke-$NAME.log"
             die "the benchmark smoke run failed"
         }
-        tail -n 3 "$WORK/smoke-$NAME.log" | sed 's/^/  /'
+        grep -E '^ *(workload|llm_decode +dispatch)' "$WORK/smoke-$NAME.log" | sed 's/^/  /' || true
         say "  ok    benchmark smoke run (python -m aitune_fast.bench --smoke) from the installed wheel"
     )
     rc=$?

@@ -1,6 +1,6 @@
 """``python -m aitune_fast.bench``: aitune_fast against the reference, side by side in one process.
 
-See ``benches/README.md`` for the method and ``/work/shared/bench/WORKLOADS.md`` for the definition.
+See ``benches/README.md`` for the workloads, the operations and the method.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ OPS: dict[str, Op] = {
         Op("make_batch", "make_batch", "mt.make_batch(a, bs)", measures_memory=True),
     )
 }
-# the collector-on row is reported by default only where it differs most (WORKLOADS.md)
+# the collector-on row is reported by default only where it differs most (benches/README.md)
 DEFAULT_GC_ON_WORKLOADS = ("large_graph_10k",)
 SMOKE_WORKLOADS = ("vision", "diffusion", "llm_decode")
 THOROUGH_CHECK_MAX_TENSORS = 100_000  # above it, the agreement check only tries a lookup
