@@ -33,7 +33,7 @@ def test_version_is_written_once_in_cargo_toml():
     assert not re.search(r"^version\s*=", pyproject, re.M), "pyproject.toml must not repeat the version"
     # no other hard-coded copy in the package
     for path in (ROOT / "python" / "aitune_fast").rglob("*.py"):
-        assert not re.search(r"__version__\s*=\s*[\"']\d", path.read_text()), path
+        assert not re.search(r"__version__\s*=\s*[\"']\d+\.\d", path.read_text()), path
 
 
 def test_installed_metadata_declares_torch_license_and_bench_extra():
