@@ -26,5 +26,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
     m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;
     m.add_function(wrap_pyfunction!(reader::dlpack_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(reader::stable_abi_extent, m)?)?;
     Ok(())
 }

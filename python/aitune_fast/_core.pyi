@@ -25,6 +25,10 @@ def tensor_readers_available() -> list[str]:
 def _force_tensor_reader(name: str) -> None:
     """Switch readers in this process (tests); the reader must be available."""
 
+def _stable_abi_extent(use_it: bool) -> bool:
+    """Whether torch's stable C ABI (torch 2.14+) is found to give ``cache_position``'s storage extent;
+    ``use_it=False`` makes Python give it instead (tests)."""
+
 def _dlpack_stats() -> tuple[int, int]:
     """``(refused, skipped)``: DLPack reads torch refused so far, and reads sent to Python by the back-off."""
 

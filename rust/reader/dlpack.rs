@@ -358,21 +358,17 @@ pub fn read(py: Python<'_>, tensor: &Bound<'_, PyAny>, dims: &mut Vec<i64>) -> F
     Fast::Read(dtype_of(py, t.dtype))
 }
 
-/// The first element of `tensor` (a 1-d int64/int32 CPU tensor with at least one element) when
-/// it lies inside the storage at `[base, base + nbytes)`; `None` otherwise.
-pub fn first_int(
-    py: Python<'_>,
-    tensor: &Bound<'_, PyAny>,
-    base: usize,
-    nbytes: usize,
-) -> Option<i64> {
+/// Where the first element of `tensor` is, as `(address, size in bytes)`, when `tensor` is a 1-d
+/// int64/int32 CPU tensor with at least one element and a data address; `None` otherwise. Nothing
+/// is read: the caller checks the address against the storage first.
+pub fn first_element(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> Option<(usize, usize)> {
     let mut out = MaybeUninit::<DLTensor>::uninit();
     if !export(py, tensor, &mut out) {
         return None;
     }
     // SAFETY: filled by the successful call
     let t = unsafe { out.assume_init_ref() };
-    if t.ndim != 1 || t.shape.is_null() || t.device.device_type != KDL_CPU {
+    if t.ndim != 1 || t.shape.is_null() || t.device.device_type != KDL_CPU || t.data.is_null() {
         return None;
     }
     // SAFETY: one size, owned by torch
@@ -388,17 +384,18 @@ pub fn first_int(
     // only a dtype DLPack names unambiguously (int64/int32 today)
     dtype_of(py, dt)?;
     let addr = (t.data as usize).checked_add(usize::try_from(t.byte_offset).ok()?)?;
-    // the element must lie inside the storage, as torch checks when `cache_position[0]` makes a view
-    if t.data.is_null() || addr < base || nbytes < size || addr - base > nbytes - size {
-        return None;
+    Some((addr, size))
+}
+
+/// The signed integer of `size` (8 or 4) bytes at `addr`.
+///
+/// # Safety
+/// `size` bytes at `addr` must be readable: inside a live CPU storage, checked against the
+/// extent torch reports with no Python run since.
+pub unsafe fn load_int(addr: usize, size: usize) -> i64 {
+    if size == 8 {
+        std::ptr::read_unaligned(addr as *const i64)
+    } else {
+        std::ptr::read_unaligned(addr as *const i32) as i64
     }
-    // SAFETY: `size` bytes at `addr` lie inside the tensor's live CPU storage (checked just above
-    // against the extent torch reported, with no Python run since); unaligned reads are allowed
-    Some(unsafe {
-        if size == 8 {
-            std::ptr::read_unaligned(addr as *const i64)
-        } else {
-            std::ptr::read_unaligned(addr as *const i32) as i64
-        }
-    })
 }

@@ -16,6 +16,7 @@
 //! metadata layers store.
 
 pub mod dlpack;
+pub mod stable_abi;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -196,11 +197,43 @@ pub fn first_int(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<Option<i
     if !(ty.is(t.tensor.bind(py)) || ty.is(t.parameter.bind(py))) || !fast_now(py)? {
         return Ok(None);
     }
-    // the storage's extent first: no Python runs between the DLPack read and the load
-    let Some((base, nbytes)) = storage_extent(py, tensor, t) else {
-        return Ok(None);
+    // No Python may run between the DLPack export and the load (it could free the storage).
+    let (addr, size, base, nbytes) = match stable_abi::get(py) {
+        Some(abi) => {
+            let Some((addr, size)) = dlpack::first_element(py, tensor) else {
+                return Ok(None);
+            };
+            let Some((offset, nbytes)) = abi.extent(tensor) else {
+                return Ok(None);
+            };
+            // the storage's data address: the element's minus the storage offset
+            let Some(base) = usize::try_from(offset)
+                .ok()
+                .and_then(|o| o.checked_mul(size))
+                .and_then(|o| addr.checked_sub(o))
+            else {
+                return Ok(None);
+            };
+            (addr, size, base, usize::try_from(nbytes).unwrap_or(0))
+        }
+        None => {
+            let Some((base, nbytes)) = storage_extent(py, tensor, t) else {
+                return Ok(None);
+            };
+            let Some((addr, size)) = dlpack::first_element(py, tensor) else {
+                return Ok(None);
+            };
+            (addr, size, base, nbytes)
+        }
     };
-    Ok(dlpack::first_int(py, tensor, base, nbytes))
+    // inside the storage, as torch checks when `cache_position[0]` makes a view; a storage
+    // without data (freed, or a functional wrapper's) has none
+    if base == 0 || addr < base || nbytes < size || addr - base > nbytes - size {
+        return Ok(None);
+    }
+    // SAFETY: `size` bytes at `addr` lie inside the tensor's live CPU storage, as just checked
+    // against the extent torch reported, with no Python run since the export
+    Ok(Some(unsafe { dlpack::load_int(addr, size) }))
 }
 
 /// `(data address, size in bytes)` of the tensor's storage, or `None` when torch would not say.
@@ -250,6 +283,14 @@ pub fn tensor_readers_available(py: Python<'_>) -> PyResult<Vec<&'static str>> {
 #[pyo3(name = "_force_tensor_reader")]
 pub fn force_tensor_reader(py: Python<'_>, name: &str) -> PyResult<()> {
     force(py, name)
+}
+
+/// `_core._stable_abi_extent(use_it)`: whether torch's stable C ABI gives the storage extent for
+/// `cache_position` (false: this torch lacks it); `use_it` false makes Python give it (tests).
+#[pyfunction]
+#[pyo3(name = "_stable_abi_extent")]
+pub fn stable_abi_extent(py: Python<'_>, use_it: bool) -> bool {
+    stable_abi::enable(py, use_it)
 }
 
 /// `_core._dlpack_stats()`: how often the DLPack reader was refused (tests, diagnostics).

@@ -278,6 +278,16 @@ def check_agreement(ref: Impl, fast: Impl, workload: Workload, state: dict[str, 
     return problems
 
 
+def runtime_info(fast: Impl) -> dict[str, Any] | None:
+    """``aitune_fast.runtime_info()`` (the tensor reader in use, versions), or None for a stand-in."""
+    if fast.stand_in:
+        return None
+    import aitune_fast
+
+    info = getattr(aitune_fast, "runtime_info", None)
+    return info() if callable(info) else None
+
+
 def environment(args: argparse.Namespace, ref: Impl, fast: Impl) -> dict[str, Any]:
     try:
         commit = subprocess.run(
@@ -305,6 +315,7 @@ def environment(args: argparse.Namespace, ref: Impl, fast: Impl) -> dict[str, An
         "aitune_fast": fast.label,
         "aitune_fast_version": fast.version,
         "stand_in": fast.stand_in,
+        "runtime_info": runtime_info(fast),
         "to_json_statements": {"reference": ref.to_json_stmt, "aitune_fast": fast.to_json_stmt},
         "gc_paused_in_loops": True,
         "memory_method": "forked child per implementation: peak RSS rise (clear_refs + VmHWM) and tracemalloc peak",
@@ -448,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     if fast.stand_in:
         print("NOTE: the reference stands in for aitune_fast (harness test); the ratios mean nothing.\n")
+    elif info := runtime_info(fast):
+        print(f"aitune_fast tensor reader: {info['tensor_reader']} (torch {info['torch']}, Python {info['python']})\n")
     print(report.time_table(rows))
     mem = report.memory_table(rows)
     if mem:

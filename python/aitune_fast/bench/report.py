@@ -136,6 +136,15 @@ def markdown(report: dict[str, Any]) -> str:
         f"Machine: {meta['platform']}, {meta['processor']}, {meta['cpu_count']} CPUs; {meta['python']}, "
         f"torch {meta['torch']} ({meta['torch_threads']} intra-op thread(s)).",
         "",
+        *(
+            [
+                f"aitune_fast tensor reader: `{info['tensor_reader']}` (available here: "
+                f"{', '.join(info.get('tensor_readers_available', []))}); `aitune_fast.runtime_info()`: `{info}`.",
+                "",
+            ]
+            if (info := meta.get("runtime_info"))
+            else []
+        ),
         f"Median per call of {meta['repeats']} interleaved repeats (at most 3 on scale_1m), loops of about "
         f"{meta['target_ms']:g} ms, collector paused except in the `(gc on)` row. Ratios are baseline time / "
         "aitune_fast time: above 1x, aitune_fast is faster. Method: `benches/README.md`.",
