@@ -27,7 +27,9 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 # what the extension may need at run time: the C runtime, present on every manylinux system
-ALLOWED_NEEDED = re.compile(r"^(libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux[-\w.]*\.so\.\d)$")
+ALLOWED_NEEDED = re.compile(
+    r"^(libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux[-\w.]*\.so\.\d)$"
+)
 NAME = re.compile(r"^aitune_fast-(?P<version>[^-]+)-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-(?P<plat>[\w.]+)\.whl$")
 
 
