@@ -73,20 +73,21 @@ CACHE_POSITION_CASES = {
 }
 
 
-def cache_position(name: str, python_extent: bool = False) -> dict:
-    """One storage case: the reference's and aitune_fast's outcome (``python_extent``: the storage extent asked of
-    Python, as on a torch without the stable C ABI)."""
+def cache_position(python_extent: bool = False) -> dict:
+    """Every storage case: the reference's and aitune_fast's outcome (``python_extent``: the storage extent asked
+    of Python, as on a torch without the stable C ABI)."""
     from aitune_fast import _core
 
     R, F = ref(), fast()
     found = _core._stable_abi_extent(not python_extent)
-    make = CACHE_POSITION_CASES[name]
-    return {
-        "ref": _phase(R.sample_metadata.SampleMetadata, make),
-        "fast": _phase(F.SampleMetadata, make),
-        "fast_not_strict": _phase(F.SampleMetadata, make, strict=False),
-        "stable_abi_found": found,
-    }
+    out: dict[str, Any] = {"stable_abi_found": found}
+    for name, make in CACHE_POSITION_CASES.items():
+        out[name] = {
+            "ref": _phase(R.sample_metadata.SampleMetadata, make),
+            "fast": _phase(F.SampleMetadata, make),
+            "fast_not_strict": _phase(F.SampleMetadata, make, strict=False),
+        }
+    return out
 
 
 def cache_position_transforms() -> dict:
