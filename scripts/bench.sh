@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark (the project's main job): set-up, then aitune_fast against the reference, optree and the
-# floor on the workloads of WORKLOADS.md; prints the table of times and ratios and writes
+# floor on the workloads of benches/README.md; prints the table of times and ratios and writes
 # benches/results/bench.json and benches/results/speedups.png.
 # Options pass through: --quick (under a minute), --workloads ..., --ops ..., --out DIR; see --help.
 set -euo pipefail

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up (scripts/setup.sh), the Rust unit tests, pytest, and the benchmark in
-# smoke mode (it checks that the harness works and that both implementations agree; no timing claims).
+# smoke mode (it checks that the harness works and that both implementations agree; no timing claims), and
+# the wheel check (scripts/check_wheel.sh).
 # Every step runs even when an earlier one fails; the exit status is non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,9 +44,26 @@ step "cargo test (Rust unit tests)" rust_tests
 step "pytest" "$PY" -m pytest -q tests
 step "benchmark smoke run" "$PY" -m aitune_fast.bench --smoke
 
+# The wheel as users get it: built from a clean clone of HEAD, inspected, installed into fresh venvs next
+# to torch 2.10 (Python 3.10) and the newest torch (Python 3.13), reader checked, smoke benchmark run
+# there. About 5 minutes warm; the first run on a machine also downloads torch twice (uv's cache, under
+# ~/.cache/aitune_fast). AITUNE_FAST_SKIP_WHEEL_CHECK=1 skips it, loudly.
+skipped=()
+if [ "${AITUNE_FAST_SKIP_WHEEL_CHECK:-0}" = "1" ]; then
+    echo
+    echo "!!!!!!!!!! test.sh: wheel check SKIPPED (AITUNE_FAST_SKIP_WHEEL_CHECK=1): the wheel is NOT tested !!!!!!!!!!" >&2
+    skipped+=("wheel check")
+else
+    step "wheel check (scripts/check_wheel.sh)" bash scripts/check_wheel.sh
+fi
+
 echo
 if [ "${#failed[@]}" -ne 0 ]; then
     printf 'test.sh: FAILED: %s\n' "${failed[@]}" >&2
     exit 1
+fi
+if [ "${#skipped[@]}" -ne 0 ]; then
+    printf 'test.sh: all run steps passed, but SKIPPED: %s\n' "${skipped[@]}" >&2
+    exit 0
 fi
 echo "test.sh: all passed"

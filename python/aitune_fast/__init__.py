@@ -14,10 +14,9 @@ from aitune_fast._config import config
 from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, TensorSpec
 from aitune_fast._enums import InfoLevel, ObjectType
 from aitune_fast._helpers import batch_tensor
+from aitune_fast._version import __version__ as __version__  # written once, in Cargo.toml
 from aitune_fast.global_context import BATCH_SIZE_KEY, global_context
 from aitune_fast.patch import is_aitune_patched, patch_aitune, unpatch_aitune
-
-__version__ = "0.1.0"
 
 # Choose the tensor reader now: AITUNE_FAST_TENSOR_READER naming one this torch lacks fails the import.
 _core.tensor_reader()

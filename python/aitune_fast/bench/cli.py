@@ -1,6 +1,6 @@
 """``python -m aitune_fast.bench``: aitune_fast against the reference, side by side in one process.
 
-See ``benches/README.md`` for the method and ``/work/shared/bench/WORKLOADS.md`` for the definition.
+See ``benches/README.md`` for the workloads, the operations and the method.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from typing import Any
 import torch
 
 from . import memory, report, scaling, timing
-from .impls import OPTREE_NAMESPACE, Impl, load_fast_impl, load_reference_impl, register_optree, register_user_types
+from .impls import (
+    OPTREE_NAMESPACE,
+    Impl,
+    load_fast_impl,
+    load_optree,
+    load_reference_impl,
+    register_optree,
+    register_user_types,
+)
 from .progress import Progress
 from .workloads import WORKLOADS, Workload, flatten_tensors
 
@@ -51,7 +59,7 @@ OPS: dict[str, Op] = {
         Op("make_batch", "make_batch", "mt.make_batch(a, bs)", measures_memory=True),
     )
 }
-# the collector-on row is reported by default only where it differs most (WORKLOADS.md)
+# the collector-on row is reported by default only where it differs most (benches/README.md)
 DEFAULT_GC_ON_WORKLOADS = ("large_graph_10k",)
 SMOKE_WORKLOADS = ("vision", "diffusion", "llm_decode")
 THOROUGH_CHECK_MAX_TENSORS = 100_000  # above it, the agreement check only tries a lookup
@@ -166,16 +174,16 @@ def candidates_for(op: Op, impls: list[Impl], state: dict[str, dict[str, Any]], 
         stmt = op.stmt or impl.to_json_stmt
         cands.append(timing.Candidate(impl.key, stmt, state[impl.key]))
     if op.traversal_input:
-        import optree
-
-        x = wl[op.traversal_input]
-        cands.append(
-            timing.Candidate(
-                "optree",
-                OPTREE_STMT,
-                {"flatten": optree.tree_flatten_with_path, "x": x, "NS": OPTREE_NAMESPACE, "Tensor": torch.Tensor},
+        optree = load_optree()
+        if optree is not None:
+            x = wl[op.traversal_input]
+            cands.append(
+                timing.Candidate(
+                    "optree",
+                    OPTREE_STMT,
+                    {"flatten": optree.tree_flatten_with_path, "x": x, "NS": OPTREE_NAMESPACE, "Tensor": torch.Tensor},
+                )
             )
-        )
         cands.append(timing.Candidate("floor", FLOOR_STMT, {"flat": wl["flat_" + op.traversal_input]}))
     return cands
 
@@ -361,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
-    ref = load_reference_impl()
     try:
+        ref = load_reference_impl()
         fast = load_fast_impl(args.impl_fallback_reference)
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -86,10 +87,27 @@ def register_user_types(*impls: Impl) -> None:
             impl.Locator.register_user_type(cls, only_tensors=True)
 
 
+@cache  # one note per process
+def load_optree() -> Any | None:
+    """optree, or None when it is not installed (said once on stderr): its column is then skipped."""
+    try:
+        import optree
+    except ImportError:
+        print(
+            "note: optree is not installed: the optree baseline is skipped "
+            "(`pip install 'aitune_fast[bench]'` brings it)",
+            file=sys.stderr,
+        )
+        return None
+    return optree
+
+
 def register_optree() -> None:
     """Register ``Cache``, ``Layer`` and ``BatchEncoding`` as optree pytree nodes (in our own namespace;
     idempotent)."""
-    import optree
+    optree = load_optree()
+    if optree is None:
+        return
 
     def unflatten_layer(_: Any, children: Any) -> Layer:
         return Layer(*children)

@@ -1,9 +1,9 @@
-"""The benchmark workloads of ``/work/shared/bench/WORKLOADS.md`` (see ``benches/README.md``).
+"""The benchmark workloads, as ``benches/README.md`` defines them.
 
 Every builder takes the batch size (axis 0 of the batched tensors) so that ``make_batch`` can be
 given a metadata object that has *learned* its batch axes: it is built from the workload at the base
 batch size and updated with the same workload at twice that batch size.  The benchmarked instances
-``a`` and ``b`` are always built at the base batch size, exactly as WORKLOADS.md describes them.
+``a`` and ``b`` are always built at the base batch size, exactly as the README describes them.
 Tensor contents never matter (``torch.empty``), except ``cache_position``, whose first element
 decides the LLM phase (``tensor([5])``: a decode step).
 """
