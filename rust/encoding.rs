@@ -1692,17 +1692,7 @@ impl<'py> Build<'py> {
 fn jstr_to_py<'py>(py: Python<'py>, s: &JStr<'_>) -> PyResult<Bound<'py, PyString>> {
     match s {
         JStr::Str(t) => Ok(PyString::new(py, t)),
-        JStr::Wtf8(b) => {
-            // SAFETY: a valid buffer and length; the result is checked for NULL
-            unsafe {
-                let ptr = ffi::PyUnicode_DecodeUTF8(
-                    b.as_ptr() as *const std::os::raw::c_char,
-                    b.len() as ffi::Py_ssize_t,
-                    c"surrogatepass".as_ptr(),
-                );
-                Ok(Bound::from_owned_ptr_or_err(py, ptr)?.downcast_into_unchecked::<PyString>())
-            }
-        }
+        JStr::Wtf8(b) => crate::locator::decode_surrogatepass(py, b),
     }
 }
 

@@ -16,6 +16,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from hostile_cases import ForwardingProxy  # a minimal stand-in for wrapt.ObjectProxy
 from parity import (
     assert_raises_alike,
     assert_same_eq_hash_classes,
@@ -132,20 +133,6 @@ def test_class_objects_as_keys_and_values_describe_as_in_the_reference(ref, fast
 
 
 # --------------------------------------------------------------------------------------------- __class__ forwarding
-
-
-class ForwardingProxy:
-    """A minimal stand-in for wrapt.ObjectProxy: forwards attributes and claims the wrapped class."""
-
-    def __init__(self, wrapped):
-        object.__setattr__(self, "_wrapped", wrapped)
-
-    @property
-    def __class__(self):
-        return type(object.__getattribute__(self, "_wrapped"))
-
-    def __getattr__(self, name):
-        return getattr(object.__getattribute__(self, "_wrapped"), name)
 
 
 def tensor_mock():
