@@ -16,7 +16,11 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
-from hostile_cases import ForwardingProxy  # a minimal stand-in for wrapt.ObjectProxy
+from hostile_cases import (  # ForwardingProxy: a minimal stand-in for wrapt.ObjectProxy
+    ForwardingProxy,
+    ListShape,
+    NumpyShape,
+)
 from parity import (
     assert_raises_alike,
     assert_same_eq_hash_classes,
@@ -167,18 +171,6 @@ def test_objects_claiming_the_tensor_class_are_tensors_as_in_the_reference(ref, 
 
 
 # --------------------------------------------------------------------------------------------- odd shapes
-
-
-class ListShape(torch.Tensor):
-    @property
-    def shape(self):
-        return list(super().shape)
-
-
-class NumpyShape(torch.Tensor):
-    @property
-    def shape(self):
-        return tuple(np.int64(d) for d in super().shape)
 
 
 @pytest.mark.parametrize("cls", [ListShape, NumpyShape])

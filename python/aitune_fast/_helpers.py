@@ -50,11 +50,9 @@ _OTHER_HEADERS = ["Access Path", "Semantic Path", "Value"]
 
 
 def describe(metadata: SampleMetadata, info_level: Any) -> str:
-    """MEDIUM and FULL descriptions: `tabulate` tables of tensors and other values."""
-    if info_level not in _TENSOR_HEADERS:
-        # not an InfoLevel of ours: the reference renders empty tables in this case
-        tensors, others = metadata._describe_rows(False)
-        return "Tensors:\n" + tabulate([], headers=[]) + "\n"
+    """MEDIUM and FULL descriptions: `tabulate` tables of tensors and other values.
+
+    `info_level` is our own `InfoLevel.MEDIUM` or `.FULL`: the core maps any other level first."""
     tensors, others = metadata._describe_rows(info_level is InfoLevel.FULL)
     fmt = "simple" if info_level is InfoLevel.MEDIUM else "fancy_grid"
     # the reference sets the headers while listing the tensors: without tensors, the table is empty
