@@ -113,20 +113,36 @@ def cache_position_transforms() -> dict:
     return out
 
 
-def refusals(n: int) -> dict:
-    """``n`` calls, each with a fresh meta tensor (DLPack refuses it) among ordinary ones: the results match the
-    reference and the reader backs off instead of asking torch (a millisecond each) every time."""
+def refusals(n: int, reader: str | None = None) -> dict:
+    """``n`` calls, each with a tensor the reader refuses among ordinary ones (DLPack: a fresh meta tensor; the
+    stable C ABI: a nested tensor, whose sizes torch will not give): the results (or exceptions) match the
+    reference's and the reader backs off instead of asking torch (a C++ exception each) every time."""
+    import warnings
+
     import torch
     from aitune_fast import _core
 
+    if reader is not None:
+        _core._force_tensor_reader(reader)
     R, F = ref(), fast()
-    ref_sm = R.sample_metadata.SampleMetadata
+
+    def odd(i: int) -> torch.Tensor:
+        if _core.tensor_reader() == "stable_abi":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # nested tensors are a prototype
+                return torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(i % 3 + 1, 3)])
+        return torch.empty(4, i % 3 + 1, device="meta")
+
+    def described(sm: Any, inputs: dict) -> Any:
+        try:
+            return [(str(loc), s.shape, str(s.dtype)) for loc, s in sm.from_inputs(inputs).tensor_data]
+        except Exception as exc:  # noqa: BLE001  (compared with the reference's)
+            return [type(exc).__name__, str(exc)]
+
     same = True
     for i in range(n):
-        inputs = {"a": torch.empty(2, 3), "m": torch.empty(4, i % 3 + 1, device="meta"), "b": torch.empty(1)}
-        r = [(str(loc), s.shape, str(s.dtype)) for loc, s in ref_sm.from_inputs(inputs).tensor_data]
-        f = [(str(loc), s.shape, str(s.dtype)) for loc, s in F.SampleMetadata.from_inputs(inputs).tensor_data]
-        same = same and r == f
+        inputs = {"a": torch.empty(2, 3), "m": odd(i), "b": torch.empty(1)}
+        same = same and described(R.sample_metadata.SampleMetadata, inputs) == described(F.SampleMetadata, inputs)
     refused, skipped = _core._dlpack_stats()
     return {"same": same, "refused": refused, "skipped": skipped, "reader": _core.tensor_reader()}
 

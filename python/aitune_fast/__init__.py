@@ -24,7 +24,8 @@ _core.tensor_reader()
 
 def runtime_info() -> dict[str, Any]:
     """What runs here: ``version``, ``tensor_reader`` (``"dlpack"``: torch's DLPack C exchange API;
-    ``"python"``: the slower attribute path), ``tensor_readers_available``, ``torch`` and ``python``.
+    ``"stable_abi"``: torch's stable C ABI, only when forced; ``"python"``: the slower attribute path),
+    ``tensor_readers_available``, ``torch`` and ``python``.
 
     ``AITUNE_FAST_TENSOR_READER`` (``auto``, ``dlpack``, ``stable_abi``, ``python``) forces a reader.
     """

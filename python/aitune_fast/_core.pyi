@@ -14,7 +14,7 @@ from aitune_fast._enums import InfoLevel, ObjectType
 MAX_DEPTH: int
 """The deepest nesting a walk accepts; deeper arguments raise ValueError."""
 
-def tensor_reader() -> Literal["dlpack", "python"]:
+def tensor_reader() -> Literal["dlpack", "stable_abi", "python"]:
     """The tensor reader in use, chosen on first call from ``AITUNE_FAST_TENSOR_READER`` (``auto``,
     ``dlpack``, ``stable_abi``, ``python``): RuntimeError when the one named is unavailable, saying why;
     ValueError for an unknown name."""
@@ -30,7 +30,8 @@ def _stable_abi_extent(use_it: bool) -> bool:
     ``use_it=False`` makes Python give it instead (tests)."""
 
 def _dlpack_stats() -> tuple[int, int]:
-    """``(refused, skipped)``: DLPack reads torch refused so far, and reads sent to Python by the back-off."""
+    """``(refused, skipped)``: reads torch refused the selected fast reader so far, and reads the back-off then
+    sent to Python."""
 
 def _type_registry() -> tuple[dict[type, bool], list[type]]:
     """The registered user types (with `only_tensors`) and the ignored types; for `aitune_fast.patch`."""

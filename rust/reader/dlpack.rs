@@ -9,7 +9,7 @@
 //!
 //! Refusals are expensive in torch (a C++ exception with a symbolised backtrace, milliseconds),
 //! so after one the reader backs off: the refused object, and a growing number of the reads that
-//! follow, go straight to Python (see [`may_try`]).
+//! follow, go straight to Python (see [`Backoff`]).
 //!
 //! DLPack names some torch dtypes alike (`int8` and the sub-byte `int1`..`int7` are all
 //! `(Int, 8, 1)`). The first read probes every torch dtype once; a `(code, bits, lanes)` that more
@@ -17,13 +17,13 @@
 
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyCapsule, PyList};
 
+use super::backoff::Backoff;
 use super::{Fast, MAX_RANK};
 
 // ---- dlpack.h, the parts used -------------------------------------------------------------------
@@ -167,57 +167,13 @@ fn discover(py: Python<'_>) -> PyResult<Result<Api, String>> {
     }))
 }
 
-// ---- refusals and back-off ----------------------------------------------------------------------
+// ---- refusals ---------------------------------------------------------------------------------
 
-/// Refused reads so far (never reset).
-static REFUSED: AtomicU64 = AtomicU64::new(0);
-/// Reads sent to Python without trying, by the back-off.
-static SKIPPED: AtomicU64 = AtomicU64::new(0);
-/// Reads left to send to Python without trying.
-static SKIP: AtomicU64 = AtomicU64::new(0);
-/// The most recently refused objects (addresses; a reused address only costs a Python read).
-static RECENT: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
-static RECENT_AT: AtomicUsize = AtomicUsize::new(0);
+static BACKOFF: Backoff = Backoff::new();
 
 /// `(refused, skipped)` reads so far.
 pub fn stats() -> (u64, u64) {
-    (
-        REFUSED.load(Ordering::Relaxed),
-        SKIPPED.load(Ordering::Relaxed),
-    )
-}
-
-/// Whether to try DLPack on the object at `ptr`: always, until a read is refused.
-#[inline(always)]
-fn may_try(ptr: usize) -> bool {
-    REFUSED.load(Ordering::Relaxed) == 0 || may_try_after_refusal(ptr)
-}
-
-#[cold]
-fn may_try_after_refusal(ptr: usize) -> bool {
-    let skip = SKIP.load(Ordering::Relaxed);
-    let try_it = if skip > 0 {
-        SKIP.store(skip - 1, Ordering::Relaxed);
-        false
-    } else {
-        !RECENT.iter().any(|r| r.load(Ordering::Relaxed) == ptr)
-    };
-    if !try_it {
-        SKIPPED.fetch_add(1, Ordering::Relaxed);
-    }
-    try_it
-}
-
-/// Record a refusal of the object at `ptr` and clear the exception torch set.
-#[cold]
-#[inline(never)]
-fn refused(py: Python<'_>, ptr: usize) {
-    drop(PyErr::take(py));
-    let n = REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
-    let at = RECENT_AT.fetch_add(1, Ordering::Relaxed);
-    RECENT[at % RECENT.len()].store(ptr, Ordering::Relaxed);
-    // 64 reads after the first refusal, doubling with each, at most about a million
-    SKIP.store(64u64 << (n - 1).min(14), Ordering::Relaxed);
+    BACKOFF.stats()
 }
 
 /// Fill `out` for `tensor`; `false` (exception cleared) when declined or refused.
@@ -227,14 +183,15 @@ fn export(py: Python<'_>, tensor: &Bound<'_, PyAny>, out: &mut MaybeUninit<DLTen
         return false;
     };
     let ptr = tensor.as_ptr();
-    if !may_try(ptr as usize) {
+    if !BACKOFF.may_try(ptr as usize) {
         return false;
     }
     // SAFETY: `tensor` is a live exact torch.Tensor/nn.Parameter (the caller's check), the type the
     // API was found on; the GIL is held, as the function needs to set an exception
     let rc = unsafe { f(ptr.cast(), out.as_mut_ptr()) };
     if rc != 0 {
-        refused(py, ptr as usize);
+        drop(PyErr::take(py)); // the exception torch set
+        BACKOFF.refused(ptr as usize);
         return false;
     }
     true

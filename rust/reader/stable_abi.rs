@@ -1,7 +1,9 @@
-//! Torch's stable C ABI (`torch/csrc/stable/c/shim.h`, torch 2.14 and later), used for one thing: the
-//! storage offset and storage size of `cache_position`, which DLPack does not give, so that its first
-//! element is read only when it lies inside the storage (as torch checks when `cache_position[0]`
-//! makes a view).
+//! Torch's stable C ABI (`torch/csrc/stable/c/shim.h`, torch 2.14 and later), used for two things:
+//! - the storage offset and storage size of `cache_position`, which DLPack does not give, so that its
+//!   first element is read only when it lies inside the storage (as torch checks when
+//!   `cache_position[0]` makes a view);
+//! - a tensor reader (`AITUNE_FAST_TENSOR_READER=stable_abi`), sizes and dtype code per tensor; the
+//!   dtype codes are learnt by reading one probe tensor of every torch dtype.
 //!
 //! The functions are plain C symbols of the `libtorch_cpu` torch has already loaded, found with
 //! `dlopen(RTLD_NOLOAD)` + `dlsym` at run time: nothing is linked, no header is compiled. Without
@@ -17,6 +19,8 @@ type Handle = *mut c_void;
 type FromPy = unsafe extern "C" fn(py_obj: *mut c_void, ret: *mut Handle) -> i32;
 type GetI64 = unsafe extern "C" fn(tensor: Handle, ret: *mut i64) -> i32;
 type Delete = unsafe extern "C" fn(tensor: Handle) -> i32;
+type GetSizes = unsafe extern "C" fn(tensor: Handle, ret: *mut *mut i64) -> i32;
+type GetI32 = unsafe extern "C" fn(tensor: Handle, ret: *mut i32) -> i32;
 
 const RTLD_LAZY: c_int = 0x1;
 const RTLD_NOLOAD: c_int = 0x4;
@@ -32,6 +36,9 @@ pub struct StableAbi {
     storage_offset: GetI64,
     storage_size: GetI64,
     delete: Delete,
+    dim: GetI64,
+    sizes: GetSizes,
+    dtype: GetI32,
 }
 
 static STABLE: GILOnceCell<Option<StableAbi>> = GILOnceCell::new();
@@ -76,11 +83,14 @@ fn resolve(py: Python<'_>) -> PyResult<Option<StableAbi>> {
         let p = unsafe { dlsym(handle, name.as_ptr()) };
         (!p.is_null()).then_some(p)
     };
-    let (Some(f), Some(o), Some(s), Some(d)) = (
+    let (Some(f), Some(o), Some(s), Some(d), Some(n), Some(z), Some(t)) = (
         sym(c"torch_tensor_from_pyobject"),
         sym(c"aoti_torch_get_storage_offset"),
         sym(c"aoti_torch_get_storage_size"),
         sym(c"aoti_torch_delete_tensor_object"),
+        sym(c"aoti_torch_get_dim"),
+        sym(c"aoti_torch_get_sizes"),
+        sym(c"aoti_torch_get_dtype"),
     ) else {
         return Ok(None);
     };
@@ -91,6 +101,9 @@ fn resolve(py: Python<'_>) -> PyResult<Option<StableAbi>> {
             storage_offset: std::mem::transmute::<*mut c_void, GetI64>(o),
             storage_size: std::mem::transmute::<*mut c_void, GetI64>(s),
             delete: std::mem::transmute::<*mut c_void, Delete>(d),
+            dim: std::mem::transmute::<*mut c_void, GetI64>(n),
+            sizes: std::mem::transmute::<*mut c_void, GetSizes>(z),
+            dtype: std::mem::transmute::<*mut c_void, GetI32>(t),
         }
     }))
 }
@@ -113,4 +126,116 @@ impl StableAbi {
         unsafe { (self.delete)(h) };
         ok.then_some((offset, size))
     }
+}
+
+impl StableAbi {
+    /// Sizes appended to `dims` and the dtype code, or `None` (dims unchanged) when torch refused.
+    #[inline]
+    pub fn sizes_dtype(&self, tensor: &Bound<'_, PyAny>, dims: &mut Vec<i64>) -> Option<i32> {
+        let mut h: Handle = std::ptr::null_mut();
+        // SAFETY: a live tensor object, the GIL held; a new handle on success
+        if unsafe { (self.from_pyobject)(tensor.as_ptr().cast(), &mut h) } != 0 || h.is_null() {
+            return None;
+        }
+        let (mut ndim, mut sizes, mut code) = (0i64, std::ptr::null_mut::<i64>(), 0i32);
+        // SAFETY: `h` made just above, deleted once below; `sizes` borrowed from the tensor the
+        // handle keeps alive, copied before the delete
+        let ok = unsafe {
+            (self.dim)(h, &mut ndim) == 0
+                && (self.dtype)(h, &mut code) == 0
+                && (0..=super::MAX_RANK as i64).contains(&ndim)
+                && (ndim == 0 || ((self.sizes)(h, &mut sizes) == 0 && !sizes.is_null()))
+        };
+        if ok && ndim > 0 {
+            // SAFETY: `ndim` sizes owned by the tensor, alive while the handle is
+            dims.extend_from_slice(unsafe { std::slice::from_raw_parts(sizes, ndim as usize) });
+        }
+        // SAFETY: as above
+        unsafe { (self.delete)(h) };
+        ok.then_some(code)
+    }
+}
+
+/// The functions whether or not tests turned the extent off (the reader itself).
+pub fn resolved(py: Python<'_>) -> Option<&'static StableAbi> {
+    STABLE
+        .get_or_init(py, || resolve(py).ok().flatten())
+        .as_ref()
+}
+
+/// Why this process cannot use the stable C ABI reader, or `None` when it can.
+pub fn unavailable(py: Python<'_>) -> Option<String> {
+    resolved(py).is_none().then(|| {
+        "torch's stable C ABI (torch_tensor_from_pyobject, torch 2.14 or later) is not in this torch"
+            .to_string()
+    })
+}
+
+static BACKOFF: super::backoff::Backoff = super::backoff::Backoff::new();
+
+/// `(refused, skipped)` reads of the reader so far.
+pub fn stats() -> (u64, u64) {
+    BACKOFF.stats()
+}
+
+/// Torch dtype objects by stable-ABI dtype code (c10's ScalarType numbering).
+static DTYPES: GILOnceCell<Vec<Option<Py<PyAny>>>> = GILOnceCell::new();
+
+fn build_table(py: Python<'_>, abi: &StableAbi) -> PyResult<Vec<Option<Py<PyAny>>>> {
+    let probes = py
+        .import("aitune_fast._reader")?
+        .getattr("dtype_probes")?
+        .call0()?;
+    let mut table: Vec<Option<Py<PyAny>>> = Vec::new();
+    for item in probes.try_iter()? {
+        let (dtype, tensor): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+        let mut dims = Vec::new();
+        let Some(code) = abi.sizes_dtype(&tensor, &mut dims) else {
+            continue;
+        };
+        let Ok(i) = usize::try_from(code) else {
+            continue;
+        };
+        if i >= 256 {
+            continue;
+        }
+        if table.len() <= i {
+            table.resize_with(i + 1, || None);
+        }
+        table[i] = Some(dtype.unbind());
+    }
+    Ok(table)
+}
+
+/// Sizes and dtype of `tensor`, an exact `torch.Tensor`/`nn.Parameter`.
+#[inline]
+pub fn read(py: Python<'_>, tensor: &Bound<'_, PyAny>, dims: &mut Vec<i64>) -> super::Fast {
+    let Some(abi) = resolved(py) else {
+        return super::Fast::Declined;
+    };
+    let ptr = tensor.as_ptr() as usize;
+    if !BACKOFF.may_try(ptr) {
+        return super::Fast::Declined;
+    }
+    let Some(code) = abi.sizes_dtype(tensor, dims) else {
+        BACKOFF.refused(ptr);
+        return super::Fast::Declined;
+    };
+    let table = match DTYPES.get(py) {
+        Some(t) => t,
+        None => match DTYPES.get_or_try_init(py, || build_table(py, abi)) {
+            Ok(t) => t,
+            Err(e) => {
+                e.write_unraisable(py, None);
+                let _ = DTYPES.set(py, Vec::new());
+                DTYPES.get(py).expect("just set")
+            }
+        },
+    };
+    super::Fast::Read(
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| table.get(i))
+            .and_then(|d| d.as_ref()),
+    )
 }
