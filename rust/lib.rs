@@ -3,16 +3,13 @@
 
 use pyo3::prelude::*;
 
-pub mod encoding;
+pub mod codec;
 pub mod handed;
 pub mod interp;
-pub mod json;
-pub mod json_text;
 pub mod locator;
 pub mod metadata;
 pub mod reader;
 pub mod registry;
-pub mod str_sink;
 pub mod tensor_spec;
 pub mod traversal;
 

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
+use pyo3::types::{PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
 use crate::handed::{Handed, Level};
 use crate::interp::{context_batch_size, info_level_index, interp, transformers_integration};
@@ -722,7 +722,7 @@ impl SampleMetadata {
     }
 
     /// A metadata holding Python `(Locator, TensorSpec)` and `(Locator, value)` pairs (as
-    /// `SampleMetadata(tensor_data, other_data, ...)` makes one), for `encoding`.
+    /// `SampleMetadata(tensor_data, other_data, ...)` makes one), for `codec::decode`.
     pub fn from_py_parts(
         tensors: Py<PyAny>,
         others: Py<PyAny>,
@@ -1553,36 +1553,6 @@ impl SampleMetadata {
             .bind(slf.py())
             .call1((slf, inputs, max_batch_size))?;
         Ok(())
-    }
-
-    /// The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
-    /// needs (see `from_json`).
-    fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
-        crate::encoding::to_json(py, self)
-    }
-
-    /// Rebuild metadata from `to_json()` text.
-    #[staticmethod]
-    fn from_json(py: Python<'_>, text: &str) -> PyResult<SampleMetadata> {
-        crate::encoding::from_json(py, text)
-    }
-
-    /// A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
-    /// whose data uses aitune_fast's versioned encoding: no pickle.
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::encoding::to_dict(py, self)
-    }
-
-    /// Rebuild metadata from `to_dict()` output, or from a dict written by the reference (its
-    /// pickled data is read by a restricted reader that runs nothing).
-    #[staticmethod]
-    fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMetadata> {
-        crate::encoding::from_dict(py, data)
-    }
-
-    /// A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
-    fn to_json_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::json::to_json_dict(py, self)
     }
 }
 

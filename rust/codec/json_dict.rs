@@ -1,5 +1,5 @@
-//! JSON forms of a metadata: `to_json_dict()` (the reference's dict, built without a Python detour
-//! for the common cases) and `to_json()` (the same content written straight to a string).
+//! `to_json_dict()`: the reference's JSON-ready dict, built without a Python detour for the common
+//! cases.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};

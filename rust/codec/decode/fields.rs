@@ -1,0 +1,113 @@
+//! Fields shared by `to_json` entries and `to_dict` rows: shapes, sizes, multipliers, dtypes, and
+//! the checks on their lengths and on required keys.
+
+use pyo3::prelude::*;
+
+use crate::codec::text::parse::{JStr, Parser, Tok};
+use crate::tensor_spec::Dim;
+
+use super::build::Build;
+use super::value::read_float;
+
+pub(super) fn read_dtype(p: &mut Parser<'_>, b: &mut Build<'_>) -> PyResult<u16> {
+    p.ws();
+    let at = p.pos;
+    match p.peek()? {
+        Tok::Null => {
+            p.null()?;
+            b.dtype_none()
+        }
+        Tok::Str => {
+            let s = p.string()?;
+            match b.dtype_of_name(s.as_str().unwrap_or("?"))? {
+                Ok(id) => Ok(id),
+                Err(msg) => Err(p.err_at(at, msg)),
+            }
+        }
+        t => Err(p.err(format!("dtype is a string or null, found {}", t.name()))),
+    }
+}
+
+pub(super) fn read_floats(p: &mut Parser<'_>, out: &mut Vec<f64>) -> PyResult<()> {
+    out.clear();
+    p.arr_begin()?;
+    let mut first = true;
+    while p.arr_next(&mut first)? {
+        out.push(read_float(p, "bs_multipliers")?);
+    }
+    Ok(())
+}
+
+pub(super) fn check_entry_lengths(p: &Parser<'_>, at: usize, sc: &Scratch) -> PyResult<()> {
+    let r = sc.shape.len();
+    if sc.min.len() != r || sc.max.len() != r || sc.mult.len() != r {
+        return Err(p.err_at(
+            at,
+            format!(
+                "shape, min_shape, max_shape and bs_multipliers have different lengths ({r}, {}, {}, {})",
+                sc.min.len(),
+                sc.max.len(),
+                sc.mult.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub(super) shape: Vec<Dim>,
+    pub(super) min: Vec<i64>,
+    pub(super) max: Vec<i64>,
+    pub(super) mult: Vec<f64>,
+}
+
+pub(super) fn read_ints(p: &mut Parser<'_>, out: &mut Vec<i64>, what: &str) -> PyResult<()> {
+    out.clear();
+    p.arr_begin()?;
+    let mut first = true;
+    while p.arr_next(&mut first)? {
+        out.push(p.int(what)?);
+    }
+    Ok(())
+}
+
+pub(super) fn read_dims(p: &mut Parser<'_>, out: &mut Vec<Dim>) -> PyResult<()> {
+    out.clear();
+    p.arr_begin()?;
+    let mut first = true;
+    while p.arr_next(&mut first)? {
+        match p.peek()? {
+            Tok::Str => {
+                let at = p.pos;
+                match p.string()? {
+                    JStr::Str(s) => out.push(Dim::parse(&s)),
+                    _ => return Err(p.err_at(at, "shape: a symbolic size must be valid Unicode")),
+                }
+            }
+            Tok::Num => out.push(Dim::Int(p.int("shape")?)),
+            t => {
+                return Err(p.err(format!(
+                    "shape holds integers and strings, found {}",
+                    t.name()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn check_required(
+    p: &Parser<'_>,
+    at: usize,
+    keys: &[&str],
+    seen: u32,
+    required: &[usize],
+) -> PyResult<()> {
+    for &i in required {
+        if seen & (1 << i) == 0 {
+            return Err(p.err_at(at, format!("missing key {:?}", keys[i])));
+        }
+    }
+    Ok(())
+}

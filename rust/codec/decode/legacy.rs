@@ -1,0 +1,115 @@
+//! Dicts written by the reference: rows from `aitune_fast._legacy`'s restricted unpickler.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use crate::codec::shared::is_dtype;
+use crate::locator::{Kind, ROOT};
+use crate::tensor_spec::{dtype_id, Dim};
+
+use super::build::{Acc, Build};
+
+pub(super) fn legacy_rows<'py>(
+    py: Python<'py>,
+    func: &str,
+    data: &[u8],
+) -> PyResult<Bound<'py, PyList>> {
+    let m = py.import("aitune_fast._legacy")?;
+    let rows = m.getattr(func)?.call1((PyBytes::new(py, data),))?;
+    Ok(rows.downcast_into::<PyList>()?)
+}
+
+fn bad_row(what: &str, list: &str, i: usize, msg: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("{what}: {list}[{i}]: {msg}"))
+}
+
+fn legacy_path<'py>(b: &mut Build<'py>, steps: &Bound<'py, PyAny>) -> PyResult<u32> {
+    let mut cur = ROOT;
+    for step in steps.try_iter()? {
+        let step = step?;
+        let (acc, kind): (Bound<'py, PyAny>, i64) = step.extract()?;
+        let kind = Kind::from_index(kind).ok_or_else(|| {
+            PyValueError::new_err(format!("object type {kind} is not 0, 1, 2 or 3"))
+        })?;
+        cur = b.step(cur, Acc::Obj(acc), kind)?;
+    }
+    Ok(cur)
+}
+
+pub(super) fn legacy_tensors<'py>(
+    b: &mut Build<'py>,
+    rows: &Bound<'py, PyList>,
+    what: &str,
+) -> PyResult<()> {
+    let py = b.py;
+    for (i, row) in rows.iter().enumerate() {
+        let r = (|| -> PyResult<()> {
+            #[allow(clippy::type_complexity)]
+            let (steps, out, shape, min, max, dtype, mult): (
+                Bound<'py, PyAny>,
+                bool,
+                Vec<Bound<'py, PyAny>>,
+                Vec<i64>,
+                Vec<i64>,
+                Bound<'py, PyAny>,
+                Vec<f64>,
+            ) = row.extract()?;
+            let node = legacy_path(b, &steps)?;
+            let mut dims = Vec::with_capacity(shape.len());
+            for d in &shape {
+                if let Ok(s) = d.downcast::<PyString>() {
+                    dims.push(Dim::parse(s.to_str()?));
+                } else {
+                    dims.push(Dim::Int(d.extract()?));
+                }
+            }
+            if min.len() != dims.len() || max.len() != dims.len() || mult.len() != dims.len() {
+                return Err(PyValueError::new_err(format!(
+                    "shape, min_shape, max_shape and _bs_multipliers have different lengths ({}, {}, {}, {})",
+                    dims.len(),
+                    min.len(),
+                    max.len(),
+                    mult.len()
+                )));
+            }
+            let dtype = if dtype.is_none() {
+                b.dtype_none()?
+            } else if is_dtype(py, &dtype)? {
+                dtype_id(&dtype)?
+            } else {
+                return Err(PyValueError::new_err("the dtype is not a torch.dtype"));
+            };
+            b.add_tensor(
+                node,
+                if out { 2 } else { 1 },
+                &dims,
+                &min,
+                &max,
+                &mult,
+                dtype,
+            )
+        })();
+        r.map_err(|e| bad_row(what, "tensor_data", i, e.value(py)))?;
+    }
+    Ok(())
+}
+
+pub(super) fn legacy_others<'py>(
+    b: &mut Build<'py>,
+    rows: &Bound<'py, PyList>,
+    what: &str,
+) -> PyResult<()> {
+    let py = b.py;
+    for (i, row) in rows.iter().enumerate() {
+        let r = (|| -> PyResult<()> {
+            let (steps, out, value): (Bound<'py, PyAny>, bool, Bound<'py, PyAny>) =
+                row.extract()?;
+            let node = legacy_path(b, &steps)?;
+            b.add_other(node, if out { 2 } else { 1 }, value.unbind());
+            Ok(())
+        })();
+        r.map_err(|e| bad_row(what, "other_data", i, e.value(py)))?;
+    }
+    Ok(())
+}

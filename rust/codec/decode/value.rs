@@ -1,0 +1,222 @@
+//! `EXACT` values (see `format`) read back into Python objects.
+
+use pyo3::prelude::*;
+use pyo3::types::{
+    PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString,
+    PyTuple,
+};
+
+use crate::codec::shared::dtype_named;
+use crate::codec::text::parse::{JNum, JStr, Parser, Tok};
+
+/// A Python str from a JSON string (lone surrogates included).
+pub(super) fn jstr_to_py<'py>(py: Python<'py>, s: &JStr<'_>) -> PyResult<Bound<'py, PyString>> {
+    match s {
+        JStr::Str(t) => Ok(PyString::new(py, t)),
+        JStr::Wtf8(b) => crate::locator::decode_surrogatepass(py, b),
+    }
+}
+
+pub(super) fn big_int<'py>(
+    py: Python<'py>,
+    p: &Parser<'_>,
+    at: usize,
+    digits: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    py.get_type::<PyInt>()
+        .call1((digits,))
+        .map_err(|e| p.err_at(at, format!("integer not readable: {}", e.value(py))))
+}
+
+/// Read an `EXACT` value.
+pub(super) fn read_exact<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyAny>> {
+    match p.peek()? {
+        Tok::Null => {
+            p.null()?;
+            Ok(py.None().into_bound(py))
+        }
+        Tok::True | Tok::False => Ok(PyBool::new(py, p.boolean()?).to_owned().into_any()),
+        Tok::Num => {
+            let at = p.pos;
+            match p.number()? {
+                JNum::Int(v) => Ok(v.into_pyobject(py)?.into_any()),
+                JNum::BigInt(d) => big_int(py, p, at, d),
+                JNum::Float(f) => Ok(PyFloat::new(py, f).into_any()),
+            }
+        }
+        Tok::Str => Ok(jstr_to_py(py, &p.string()?)?.into_any()),
+        Tok::Arr => Ok(read_items(py, p)?.into_any()),
+        Tok::Obj => {
+            p.obj_begin()?;
+            let mut first = true;
+            let Some((kat, key)) = p.obj_next(&mut first)? else {
+                return Ok(PyDict::new(py).into_any());
+            };
+            let tag = match key.as_str() {
+                Some(k) if k.starts_with('$') => k.to_owned(),
+                _ => return read_plain_dict(py, p, kat, key, &mut first),
+            };
+            let vat = p.pos;
+            let value: Bound<'py, PyAny> = match tag.as_str() {
+                "$tuple" => PyTuple::new(py, read_items(py, p)?)?.into_any(),
+                "$set" | "$frozenset" => {
+                    let items = read_items(py, p)?;
+                    let n = items.len();
+                    let made = if tag == "$set" {
+                        PySet::new(py, &items).map(|s| (s.len(), s.into_any()))
+                    } else {
+                        PyFrozenSet::new(py, &items).map(|s| (s.len(), s.into_any()))
+                    };
+                    let (len, s) = made.map_err(|e| {
+                        p.err_at(
+                            vat,
+                            format!("{tag} elements must be hashable: {}", e.value(py)),
+                        )
+                    })?;
+                    if len != n {
+                        return Err(p.err_at(vat, format!("{tag} holds an element twice")));
+                    }
+                    s
+                }
+                "$dict" => {
+                    let d = PyDict::new(py);
+                    p.arr_begin()?;
+                    let mut f = true;
+                    let mut n = 0;
+                    while p.arr_next(&mut f)? {
+                        let pat = p.pos;
+                        p.arr_begin()?;
+                        let mut f2 = true;
+                        if !p.arr_next(&mut f2)? {
+                            return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
+                        }
+                        let k = read_exact(py, p)?;
+                        if !p.arr_next(&mut f2)? {
+                            return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
+                        }
+                        let v = read_exact(py, p)?;
+                        if p.arr_next(&mut f2)? {
+                            return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
+                        }
+                        d.set_item(&k, v).map_err(|e| {
+                            p.err_at(pat, format!("$dict keys must be hashable: {}", e.value(py)))
+                        })?;
+                        n += 1;
+                        if d.len() != n {
+                            return Err(p.err_at(pat, "$dict holds a key twice"));
+                        }
+                    }
+                    d.into_any()
+                }
+                "$bytes" => {
+                    let s = match p.peek()? {
+                        Tok::Str => p.string()?,
+                        t => {
+                            return Err(
+                                p.err(format!("$bytes holds a hex string, found {}", t.name()))
+                            )
+                        }
+                    };
+                    let hex = s.as_str().unwrap_or("?").as_bytes();
+                    if hex.len() % 2 != 0 {
+                        return Err(p.err_at(vat, "$bytes holds an even number of hex digits"));
+                    }
+                    let mut out = Vec::with_capacity(hex.len() / 2);
+                    for pair in hex.chunks(2) {
+                        let d = |c: u8| match c {
+                            b'0'..=b'9' => Some(c - b'0'),
+                            b'a'..=b'f' => Some(c - b'a' + 10),
+                            _ => None,
+                        };
+                        match (d(pair[0]), d(pair[1])) {
+                            (Some(h), Some(l)) => out.push(h * 16 + l),
+                            _ => {
+                                return Err(p.err_at(vat, "$bytes holds lower-case hex digits only"))
+                            }
+                        }
+                    }
+                    PyBytes::new(py, &out).into_any()
+                }
+                "$complex" => {
+                    p.arr_begin()?;
+                    let mut f = true;
+                    let mut parts = [0f64; 2];
+                    for part in parts.iter_mut() {
+                        if !p.arr_next(&mut f)? {
+                            return Err(p.err_at(vat, "$complex holds [real, imag]"));
+                        }
+                        *part = read_float(p, "$complex")?;
+                    }
+                    if p.arr_next(&mut f)? {
+                        return Err(p.err_at(vat, "$complex holds [real, imag]"));
+                    }
+                    PyComplex::from_doubles(py, parts[0], parts[1]).into_any()
+                }
+                "$dtype" => {
+                    let s = match p.peek()? {
+                        Tok::Str => p.string()?,
+                        t => {
+                            return Err(p.err(format!("$dtype holds a string, found {}", t.name())))
+                        }
+                    };
+                    match dtype_named(py, s.as_str().unwrap_or("?"))? {
+                        Ok(d) => d,
+                        Err(msg) => return Err(p.err_at(vat, msg)),
+                    }
+                }
+                _ => return Err(p.err_at(kat, format!("unknown tag {tag:?}"))),
+            };
+            if p.obj_next(&mut first)?.is_some() {
+                return Err(p.err_at(kat, format!("a {tag} object has no other keys")));
+            }
+            Ok(value)
+        }
+    }
+}
+
+fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyList>> {
+    p.arr_begin()?;
+    let l = PyList::empty(py);
+    let mut first = true;
+    while p.arr_next(&mut first)? {
+        l.append(read_exact(py, p)?)?;
+    }
+    Ok(l)
+}
+
+fn read_plain_dict<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    kat: usize,
+    key: JStr<'_>,
+    first: &mut bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let d = PyDict::new(py);
+    let mut next = Some((kat, key));
+    let mut n = 0;
+    while let Some((at, k)) = next {
+        if k.as_str().map(|s| s.starts_with('$')).unwrap_or(false) {
+            return Err(p.err_at(at, format!("key {} starts with '$' in an untagged object (such dicts are written as $dict)", k.show())));
+        }
+        let v = read_exact(py, p)?;
+        d.set_item(jstr_to_py(py, &k)?, v)?;
+        n += 1;
+        if d.len() != n {
+            return Err(p.err_at(at, format!("key {} occurs twice", k.show())));
+        }
+        next = p.obj_next(first)?;
+    }
+    Ok(d.into_any())
+}
+
+pub(super) fn read_float(p: &mut Parser<'_>, what: &str) -> PyResult<f64> {
+    let at = p.pos;
+    match p.peek()? {
+        Tok::Num => match p.number()? {
+            JNum::Int(v) => Ok(v as f64),
+            JNum::BigInt(d) => d.parse::<f64>().map_err(|_| p.err_at(at, "invalid number")),
+            JNum::Float(f) => Ok(f),
+        },
+        t => Err(p.err(format!("{what} holds numbers, found {}", t.name()))),
+    }
+}

@@ -1,0 +1,107 @@
+//! Writing a metadata: `to_json()` (`json`) and `to_dict()` (`dict`) on one writer (`writer`).
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::codec::shared::type_name;
+use crate::locator::path_eq;
+use crate::metadata::{SampleMetadata, View};
+use crate::tensor_spec::Spec;
+
+mod dict;
+mod json;
+mod writer;
+
+pub use dict::to_dict;
+pub use json::to_json;
+
+fn check_lengths(s: &Spec) -> PyResult<()> {
+    if s.min.len() != s.rank() || s.max.len() != s.rank() || s.mult.len() != s.rank() {
+        return Err(PyValueError::new_err(format!(
+            "its shape, min_shape, max_shape and _bs_multipliers have different lengths \
+             ({}, {}, {}, {})",
+            s.rank(),
+            s.min.len(),
+            s.max.len(),
+            s.mult.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Every locator occurs once among the tensors, and once among the other values (always true of
+/// metadata built by a walk; user-built metadata may repeat one).
+fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
+    if v.unique() {
+        return Ok(());
+    }
+    // only specs held as Python objects can carry symbolic sizes (traced tensors)
+    for i in 0..v.n_tensors() {
+        if v.spec(i).is_symbolic() {
+            let l = v.tensor_loc(i);
+            return Err(PyTypeError::new_err(format!(
+                "{what}: tensor_data[{i}] at locator {:?} has symbolic sizes (torch.SymInt); \
+                 only concrete shapes can be encoded",
+                l.arena.display_path_lossy(py, l.node, l.is_output)
+            )));
+        }
+    }
+    for (list, n) in [("tensor_data", v.n_tensors()), ("other_data", v.n_others())] {
+        let loc = |i: usize| {
+            if list == "tensor_data" {
+                v.tensor_loc(i)
+            } else {
+                v.other_loc(i)
+            }
+        };
+        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
+        for i in 0..n {
+            let li = loc(i);
+            let h = li.arena.node(li.node).hash;
+            let bucket = buckets.entry(h).or_default();
+            for &j in bucket.iter() {
+                let lj = loc(j);
+                if path_eq(py, lj.arena, lj.node, li.arena, li.node)? {
+                    return Err(PyValueError::new_err(format!(
+                        "{what}: {list}[{j}] and {list}[{i}] have the same locator {:?}; \
+                         a metadata with repeated locators cannot be encoded",
+                        li.arena.display_path_lossy(py, li.node, li.is_output)
+                    )));
+                }
+            }
+            bucket.push(i);
+        }
+    }
+    Ok(())
+}
+
+/// The document's `is_output`: the first entry's (false without entries, where it shows nowhere).
+fn default_is_output(v: &View<'_, '_>) -> bool {
+    if v.n_tensors() > 0 {
+        v.tensor_loc(0).is_output
+    } else if v.n_others() > 0 {
+        v.other_loc(0).is_output
+    } else {
+        false
+    }
+}
+
+fn phase<'py>(
+    py: Python<'py>,
+    md: &SampleMetadata,
+    what: &str,
+) -> PyResult<Option<Bound<'py, PyString>>> {
+    match &md.llm_phase {
+        None => Ok(None),
+        Some(p) => match p.bind(py).downcast_exact::<PyString>() {
+            Ok(s) => Ok(Some(s.clone())),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "{what}: llm_phase must be a str or None, got {}",
+                type_name(p.bind(py))
+            ))),
+        },
+    }
+}

@@ -1,0 +1,467 @@
+//! `Enc`, the writer both encodings share: `EXACT` and lossy values, locator steps, dtypes,
+//! numbers, and the hand-over of large documents to a `StrSink`.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{
+    PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString,
+    PyTuple,
+};
+
+use crate::codec::shared::{is_dtype, type_name};
+use crate::codec::text::sink::StrSink;
+use crate::codec::text::write as jt;
+use crate::codec::text::MAX_NESTING;
+use crate::locator::{Accessor, Arena, DisplayCache, Text};
+use crate::metadata::View;
+use crate::tensor_spec::{dtype_obj, Dim, FOREIGN_DTYPE};
+
+const SUPPORTED: &str = "None, bool, int, float, str, bytes, complex, list, tuple, dict, set, \
+                         frozenset and torch.dtype";
+
+/// A JSON string of `t`; lone surrogates are written as `\\uXXXX` escapes.
+pub(super) fn write_text(out: &mut String, t: &Text) -> PyResult<()> {
+    match t.as_str() {
+        Some(s) => jt::write_str(out, s),
+        None => {
+            if !jt::write_wtf8(out, t.as_bytes()) {
+                return Err(pair_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pair_error() -> PyErr {
+    PyValueError::new_err(
+        "a string holds a high surrogate followed by a low one as two code points, \
+         which JSON cannot tell from the pair's character",
+    )
+}
+
+pub(super) struct Enc<'py> {
+    pub(super) py: Python<'py>,
+    pub(super) out: String,
+    scratch: String,
+    pub(super) path: Text,
+    /// per dtype id: `Some(None)` for a `None` dtype, `Some(Some(name))` for a torch dtype
+    dtypes: Vec<Option<Option<String>>>,
+    /// containers being written, to refuse cycles
+    pub(super) active: Vec<usize>,
+    pub(super) depth: usize,
+    pub(super) prefix: Prefix,
+    /// where `out` goes once it holds a chunk (`to_json`); `None` keeps everything in `out`
+    pub(super) sink: Option<StrSink<'py>>,
+}
+
+/// The text of the parent steps shared by consecutive `to_json` entries.
+#[derive(Default)]
+pub(super) struct Prefix {
+    /// (arena, is_output) the texts are for
+    pub(super) key: Option<(usize, bool)>,
+    pub(super) parent: u32,
+    pub(super) locator: String,
+    pub(super) semantic: String,
+    pub(super) display: DisplayCache,
+}
+
+impl<'py> Enc<'py> {
+    pub(super) fn new(py: Python<'py>, capacity: usize) -> Enc<'py> {
+        Enc {
+            py,
+            out: String::with_capacity(capacity),
+            scratch: String::new(),
+            path: Text::new(),
+            dtypes: Vec::new(),
+            active: Vec::new(),
+            depth: 0,
+            prefix: Prefix::default(),
+            sink: None,
+        }
+    }
+
+    fn open(&mut self, c: char) -> PyResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(PyValueError::new_err(format!(
+                "the value is nested too deeply (JSON nesting above {MAX_NESTING} levels)"
+            )));
+        }
+        self.out.push(c);
+        Ok(())
+    }
+
+    fn close(&mut self, c: char) {
+        self.depth -= 1;
+        self.out.push(c);
+    }
+
+    fn enter(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        let p = v.as_ptr() as usize;
+        if self.active.contains(&p) {
+            return Err(PyValueError::new_err(
+                "circular reference: a container holds itself",
+            ));
+        }
+        self.active.push(p);
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.active.pop();
+    }
+
+    pub(super) fn pystr(&mut self, s: &Bound<'_, PyString>) -> PyResult<()> {
+        match s.to_str() {
+            Ok(t) => {
+                jt::write_str(&mut self.out, t);
+                Ok(())
+            }
+            Err(_) => {
+                // lone surrogates: escape them
+                let b =
+                    s.call_method1(pyo3::intern!(self.py, "encode"), ("utf-8", "surrogatepass"))?;
+                let b = b.downcast::<PyBytes>()?;
+                if jt::write_wtf8(&mut self.out, b.as_bytes()) {
+                    Ok(())
+                } else {
+                    Err(pair_error())
+                }
+            }
+        }
+    }
+
+    fn int(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        match v.extract::<i64>() {
+            Ok(i) => jt::write_i64(&mut self.out, i),
+            Err(_) => {
+                let s = v.str()?;
+                self.out.push_str(s.to_str()?);
+            }
+        }
+        Ok(())
+    }
+
+    /// `float.__repr__` (or a JSON float token): Rust's shortest digits, or Python's own where the
+    /// two could break a tie differently.
+    pub(super) fn float(&mut self, v: f64) {
+        let start = self.out.len();
+        jt::write_f64(&mut self.out, v, &mut self.scratch);
+        if v.is_finite() && v != 0.0 && jt::shortest_is_ambiguous(&self.scratch) {
+            // SAFETY: the GIL is held; the result is a NUL-terminated PyMem buffer freed here
+            unsafe {
+                let p = ffi::PyOS_double_to_string(
+                    v,
+                    b'r' as std::os::raw::c_char,
+                    0,
+                    ffi::Py_DTSF_ADD_DOT_0,
+                    std::ptr::null_mut(),
+                );
+                if p.is_null() {
+                    ffi::PyErr_Clear(); // out of memory: keep Rust's digits, which read back the same
+                    return;
+                }
+                let text = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+                ffi::PyMem_Free(p as *mut std::ffi::c_void);
+                self.out.truncate(start);
+                self.out.push_str(&text);
+            }
+        }
+    }
+
+    fn tagged_open(&mut self, tag: &str) -> PyResult<()> {
+        self.open('{')?;
+        self.out.push('"');
+        self.out.push_str(tag);
+        self.out.push_str("\":");
+        Ok(())
+    }
+
+    /// An `EXACT` value (see the module docs).
+    pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = self.py;
+        if v.is_none() {
+            self.out.push_str("null");
+        } else if let Ok(b) = v.downcast_exact::<PyBool>() {
+            self.out
+                .push_str(if b.is_true() { "true" } else { "false" });
+        } else if v.is_exact_instance_of::<PyInt>() {
+            self.int(v)?;
+        } else if let Ok(f) = v.downcast_exact::<PyFloat>() {
+            self.float(f.value());
+        } else if let Ok(s) = v.downcast_exact::<PyString>() {
+            self.pystr(s)?;
+        } else if v.is_exact_instance_of::<PyList>() {
+            self.array(v, Self::exact)?;
+        } else if v.is_exact_instance_of::<PyTuple>() {
+            self.tagged_open("$tuple")?;
+            self.array(v, Self::exact)?;
+            self.close('}');
+        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
+            self.enter(v)?;
+            let items = d.items();
+            let mut plain = true;
+            for kv in items.iter() {
+                let k = kv.get_item(0)?;
+                plain = match k.downcast_exact::<PyString>() {
+                    Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
+                    Err(_) => false,
+                };
+                if !plain {
+                    break;
+                }
+            }
+            if plain {
+                self.open('{')?;
+                for (i, kv) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                    }
+                    let k = kv.get_item(0)?;
+                    self.pystr(k.downcast::<PyString>()?)?;
+                    self.out.push(':');
+                    self.exact(&kv.get_item(1)?)?;
+                }
+                self.close('}');
+            } else {
+                self.tagged_open("$dict")?;
+                self.open('[')?;
+                for (i, kv) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                    }
+                    self.open('[')?;
+                    self.exact(&kv.get_item(0)?)?;
+                    self.out.push(',');
+                    self.exact(&kv.get_item(1)?)?;
+                    self.close(']');
+                }
+                self.close(']');
+                self.close('}');
+            }
+            self.leave();
+        } else if v.is_exact_instance_of::<PySet>() {
+            self.tagged_open("$set")?;
+            self.array(v, Self::exact)?;
+            self.close('}');
+        } else if v.is_exact_instance_of::<PyFrozenSet>() {
+            self.tagged_open("$frozenset")?;
+            self.array(v, Self::exact)?;
+            self.close('}');
+        } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
+            self.tagged_open("$bytes")?;
+            self.out.push('"');
+            for byte in b.as_bytes() {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                self.out.push(HEX[(byte >> 4) as usize] as char);
+                self.out.push(HEX[(byte & 15) as usize] as char);
+            }
+            self.out.push('"');
+            self.close('}');
+        } else if let Ok(c) = v.downcast_exact::<PyComplex>() {
+            self.tagged_open("$complex")?;
+            self.out.push('[');
+            self.float(c.real());
+            self.out.push(',');
+            self.float(c.imag());
+            self.out.push(']');
+            self.close('}');
+        } else if is_dtype(py, v)? {
+            self.tagged_open("$dtype")?;
+            let s = v.str()?;
+            self.pystr(&s)?;
+            self.close('}');
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "a value of type {} cannot be encoded exactly (supported: {SUPPORTED})",
+                v.get_type()
+                    .fully_qualified_name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| type_name(v))
+            )));
+        }
+        Ok(())
+    }
+
+    /// The items of the list, tuple or set `v` as a JSON array, each written by `item`
+    /// (`exact` or `lossy`).
+    fn array(
+        &mut self,
+        v: &Bound<'_, PyAny>,
+        item: fn(&mut Self, &Bound<'_, PyAny>) -> PyResult<()>,
+    ) -> PyResult<()> {
+        self.enter(v)?;
+        self.open('[')?;
+        for (i, x) in v.try_iter()?.enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            item(self, &x?)?;
+        }
+        self.close(']');
+        self.leave();
+        Ok(())
+    }
+
+    /// What `json.dumps(json_serialize(v))` writes, for a value `exact` accepted.
+    pub(super) fn lossy(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        if v.is_none()
+            || v.is_exact_instance_of::<PyBool>()
+            || v.is_exact_instance_of::<PyInt>()
+            || v.is_exact_instance_of::<PyFloat>()
+            || v.is_exact_instance_of::<PyString>()
+        {
+            return self.exact(v);
+        }
+        if v.is_exact_instance_of::<PyList>()
+            || v.is_exact_instance_of::<PyTuple>()
+            || v.is_exact_instance_of::<PySet>()
+        {
+            return self.array(v, Self::lossy);
+        }
+        if let Ok(d) = v.downcast_exact::<PyDict>() {
+            self.enter(v)?;
+            self.open('{')?;
+            for (i, kv) in d.items().iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let k = kv.get_item(0)?;
+                if let Ok(s) = k.downcast_exact::<PyString>() {
+                    self.pystr(s)?;
+                } else if k.is_exact_instance_of::<PyInt>() {
+                    self.out.push('"');
+                    self.int(&k)?;
+                    self.out.push('"');
+                } else {
+                    let s = k.str()?;
+                    self.pystr(&s)?;
+                }
+                self.out.push(':');
+                self.lossy(&kv.get_item(1)?)?;
+            }
+            self.close('}');
+            self.leave();
+            return Ok(());
+        }
+        // frozenset, bytes, complex, dtype: json_serialize falls back to str()
+        let s = v.str()?;
+        self.pystr(&s)
+    }
+
+    pub(super) fn accessor_exact(&mut self, acc: &Accessor) -> PyResult<()> {
+        match acc {
+            Accessor::Int(v) => {
+                jt::write_i64(&mut self.out, *v);
+                Ok(())
+            }
+            Accessor::Str(s) => self.pystr(s.bind(self.py)),
+            Accessor::Obj(o) => self.exact(o.bind(self.py)),
+        }
+    }
+
+    pub(super) fn accessor_lossy(&mut self, acc: &Accessor) -> PyResult<()> {
+        match acc {
+            Accessor::Obj(o) => self.lossy(o.bind(self.py)),
+            _ => self.accessor_exact(acc),
+        }
+    }
+
+    pub(super) fn step_exact(&mut self, arena: &Arena, s: u32, depth: usize) -> PyResult<()> {
+        let n = arena.node(s);
+        self.out.push('[');
+        self.depth = depth;
+        self.accessor_exact(&n.acc)?;
+        self.out.push(',');
+        self.out.push((b'0' + n.kind as u8) as char);
+        self.out.push(']');
+        Ok(())
+    }
+
+    /// [`Enc::dtype`] for tensor `i` of `v`, whose dtype may be one the table does not hold.
+    pub(super) fn dtype_of(&mut self, v: &View<'_, '_>, i: usize, id: u16) -> PyResult<()> {
+        if id == FOREIGN_DTYPE {
+            return Err(PyTypeError::new_err(format!(
+                "its dtype {} is not a torch.dtype (nor None)",
+                v.dtype_repr(self.py, i)
+            )));
+        }
+        self.dtype(id)
+    }
+
+    pub(super) fn dtype(&mut self, id: u16) -> PyResult<()> {
+        let i = id as usize;
+        if self.dtypes.len() <= i {
+            self.dtypes.resize(i + 1, None);
+        }
+        if self.dtypes[i].is_none() {
+            let obj = dtype_obj(self.py, id);
+            let name = if obj.is_none() {
+                None
+            } else if is_dtype(self.py, &obj)? {
+                Some(obj.str()?.to_str()?.to_owned())
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "its dtype {} is not a torch.dtype (nor None)",
+                    obj.repr().map(|r| r.to_string()).unwrap_or_default()
+                )));
+            };
+            self.dtypes[i] = Some(name);
+        }
+        match &self.dtypes[i] {
+            Some(Some(name)) => jt::write_str(&mut self.out, name),
+            _ => self.out.push_str("null"),
+        }
+        Ok(())
+    }
+
+    pub(super) fn ints(&mut self, v: &[i64]) {
+        self.out.push('[');
+        for (i, x) in v.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            jt::write_i64(&mut self.out, *x);
+        }
+        self.out.push(']');
+    }
+
+    pub(super) fn dims(&mut self, v: &[Dim]) {
+        self.out.push('[');
+        for (i, d) in v.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            match d {
+                Dim::Int(x) => jt::write_i64(&mut self.out, *x),
+                other => {
+                    self.scratch.clear();
+                    other.write(&mut self.scratch);
+                    jt::write_str(&mut self.out, &self.scratch);
+                }
+            }
+        }
+        self.out.push(']');
+    }
+
+    pub(super) fn floats(&mut self, v: impl Iterator<Item = f64>) {
+        self.out.push('[');
+        for (i, x) in v.enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            self.float(x);
+        }
+        self.out.push(']');
+    }
+
+    /// Hand what `out` holds to the sink, if there is one.
+    pub(super) fn spill(&mut self) -> PyResult<()> {
+        if let Some(sink) = &mut self.sink {
+            sink.write(&self.out)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+}
