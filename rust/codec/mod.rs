@@ -9,7 +9,7 @@
 //!   reference's pickled dicts).
 //! - `text/`: JSON text itself (`write`, `parse`, and `sink`, the in-place `str` of large documents).
 //! - `json_dict`: `to_json_dict()`, the reference's JSON-ready dict.
-//! - `shared`: what both sides use (torch dtypes by name, error context, the one-shape rule).
+//! - `shared`: what both sides use (torch dtypes by name, type names, the one-shape rule).
 //! - `methods`: the `SampleMetadata` Python methods above (a second `#[pymethods]` block).
 
 pub mod decode;

@@ -1,7 +1,6 @@
-//! What the encoder and the decoder both use: torch dtypes by name, error context, and the rule
+//! What the encoder and the decoder both use: torch dtypes by name, type names, and the rule
 //! that a one-shape tensor's multipliers follow from the batch size.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyType};
@@ -61,20 +60,6 @@ pub(super) fn type_name(v: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into())
-}
-
-/// The same kind of exception as `e` (TypeError, ValueError, else `e` itself), its message prefixed.
-pub(super) fn with_context(py: Python<'_>, e: PyErr, prefix: &str) -> PyErr {
-    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-    let new = if e.is_instance_of::<PyTypeError>(py) {
-        PyTypeError::new_err(format!("{prefix}: {msg}"))
-    } else if e.is_instance_of::<PyValueError>(py) {
-        PyValueError::new_err(format!("{prefix}: {msg}"))
-    } else {
-        return e;
-    };
-    new.set_cause(py, Some(e));
-    new
 }
 
 /// A batch size that would give `mults` for `dims`, when one of them tells.

@@ -4,14 +4,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::codec::format::FORMAT;
-use crate::codec::shared::with_context;
 use crate::codec::text::sink::{StrSink, CHUNK};
 use crate::locator::{Arena, DisplayCache, ROOT};
 use crate::metadata::{Loc, SampleMetadata, View};
 use crate::tensor_spec::multiplier;
 
 use super::writer::{write_text, Enc};
-use super::{check_lengths, check_unique, default_is_output, phase};
+use super::{check_lengths, check_unique, default_is_output, phase, with_context};
 
 pub fn to_json<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyString>> {
     const WHAT: &str = "SampleMetadata.to_json";

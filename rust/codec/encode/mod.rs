@@ -18,6 +18,20 @@ mod writer;
 pub use dict::to_dict;
 pub use json::to_json;
 
+/// The same kind of exception as `e` (TypeError, ValueError, else `e` itself), its message prefixed.
+fn with_context(py: Python<'_>, e: PyErr, prefix: &str) -> PyErr {
+    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+    let new = if e.is_instance_of::<PyTypeError>(py) {
+        PyTypeError::new_err(format!("{prefix}: {msg}"))
+    } else if e.is_instance_of::<PyValueError>(py) {
+        PyValueError::new_err(format!("{prefix}: {msg}"))
+    } else {
+        return e;
+    };
+    new.set_cause(py, Some(e));
+    new
+}
+
 fn check_lengths(s: &Spec) -> PyResult<()> {
     if s.min.len() != s.rank() || s.max.len() != s.rank() || s.mult.len() != s.rank() {
         return Err(PyValueError::new_err(format!(
