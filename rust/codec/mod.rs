@@ -19,3 +19,52 @@ pub mod json_dict;
 mod methods;
 mod shared;
 pub mod text;
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The codecs sit above `metadata`, `locator` and `tensor_spec`: no module outside `codec/`
+    /// names them in code (the crate root only declares the module).
+    #[test]
+    fn no_module_below_imports_the_codecs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust");
+        let mut files = Vec::new();
+        rust_files(&root, &mut files);
+        let mut offenders = Vec::new();
+        for file in files {
+            if file.starts_with(root.join("codec")) || file == root.join("lib.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                let named = code.match_indices("codec").any(|(at, _)| {
+                    let before = code[..at].chars().next_back();
+                    let after = code[at + "codec".len()..].chars().next();
+                    let ident =
+                        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    !ident(before) && !ident(after)
+                });
+                if named {
+                    offenders.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "modules below the codecs name them: {offenders:#?}"
+        );
+    }
+}
