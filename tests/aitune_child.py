@@ -6,6 +6,9 @@ Modes:
             registrations, ``unpatch_aitune()``;
   stock     a stock AITune with aitune_fast made unimportable: loads the checkpoints ``main`` saved under the patch;
   autowrapt started with ``AUTOWRAPT_BOOTSTRAP=aitune_fast``: is AITune patched after ``import aitune.torch``?
+  early     ``patch_aitune()`` before ``import aitune.torch``;
+  onnx      ONNX Runtime backends (they keep a graph spec in their checkpoint state) tuned stock and patched, each
+            checkpoint loaded stock and patched; ``onnx_stock``: a stock AITune loads the patched checkpoints.
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
@@ -243,6 +246,139 @@ def jit_run(ait, torch):
     }
 
 
+ONNX_MODELS = ("mlp", "llm")
+
+
+def onnx_on_cpu(torch):
+    """TEST SHIM, NOT AITune: let AITune's ONNX Runtime backend run on the CPU.
+
+    ``ONNXRuntimeBackend`` is CUDA-only in AITune 0.6.0 (``_devices = ["cuda"]``, CUDA execution providers, CUDA
+    IO binding), and these machines have no GPU. The shim replaces only the device list, the execution provider
+    and the inner call (``session.run`` on NumPy arrays); the export, the graph spec the backend keeps, its
+    ``to_dict``/``from_dict`` and its use of the graph spec's locators to map inputs and outputs stay AITune's.
+    Each backend counts its calls in ``_shim_calls``, so a test sees dispatch reach it.
+    """
+    from aitune.torch.backend import ONNXRuntimeBackend
+
+    def _get_execution_providers(self):
+        return ["CPUExecutionProvider"]
+
+    def _infer(self, *args, **kwargs):
+        self._shim_calls = getattr(self, "_shim_calls", 0) + 1
+        inputs = self._prepare_inputs(args, kwargs)
+        feeds = {name: value.detach().cpu().contiguous().numpy() for name, value in inputs.items()}
+        names = [output.name for output in self._session.get_outputs()]
+        outputs = self._session.run(names, feeds)
+        return self._prepare_outputs({n: torch.from_numpy(o) for n, o in zip(names, outputs, strict=True)})
+
+    ONNXRuntimeBackend._devices = ["cpu", "cuda"]
+    ONNXRuntimeBackend._get_execution_providers = _get_execution_providers
+    ONNXRuntimeBackend._infer = _infer
+
+
+def onnx_inputs(torch):
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(5))
+    batch = torch.utils.data.default_collate([llm_sample(torch)] * 3)
+    return {"mlp": ((x,), {}), "llm": ((), batch)}
+
+
+def onnx_tune(ait, torch, tag, workdir):
+    """Tune the MLP and the LLM-like module with ONNX Runtime; save them; outputs and backend facts."""
+    from aitune.torch.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    mlp, llm, _ = models()
+    out = {}
+    inputs = onnx_inputs(torch)
+    for name, build in (("mlp", mlp), ("llm", llm)):
+        MODULE_REGISTRY.clear()
+        s = ait.OneBackendStrategy(ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False)))
+        s.enable_performance_validation(False)
+        s.enable_find_max_batch_size(False)
+        m = ait.Module(build(), f"onnx-{name}-{tag}", strategy=s)
+        if name == "mlp":
+            ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+        else:
+            data = ait.DataLoaderFactory([llm_sample(torch)], collate_fn=torch.utils.data.default_collate)
+            ait.tune(lambda m=m, **kw: m(**kw), data, batch_sizes=[1, 2], device="cpu")
+        out[name] = onnx_call(torch, m, *inputs[name])
+        ait.save(m, os.path.join(workdir, f"onnx-{tag}-{name}.pt"))
+    return out
+
+
+def onnx_call(torch, m, args, kwargs) -> dict:
+    """The output of one call, whether the module's one backend served it, the types in its graph spec."""
+    (key, backend), *others = m.module.backends.items()
+    before = getattr(backend, "_shim_calls", 0)
+    with torch.no_grad():
+        out = m(*args, **kwargs).tolist()
+    spec = backend._graph_spec
+    return {
+        "out": out,
+        "backends": [type(backend).__name__] + [type(b).__name__ for _, b in others],
+        "served": getattr(backend, "_shim_calls", 0) - before,
+        "key_type": type(key).__module__,
+        "spec_types": sorted({type(md).__module__ for md in (spec.input_spec, spec.output_spec)}),
+        "locator_types": sorted({type(loc).__module__ for loc, _ in spec.input_spec.tensor_data}),
+        "input_paths": [loc.path for loc, _ in spec.input_spec.tensor_data][:3],
+        "n_inputs": len(spec.input_spec.tensor_data),
+    }
+
+
+def onnx_load(ait, torch, tag, workdir) -> dict:
+    """Load the ONNX checkpoints `tag` saved into fresh modules, run them once each."""
+    import zipfile
+
+    mlp, llm, _ = models()
+    out = {}
+    inputs = onnx_inputs(torch)
+    for name, build in (("mlp", mlp), ("llm", llm)):
+        path = os.path.join(workdir, f"onnx-{tag}-{name}.pt")
+        loaded = ait.load(build(), path)
+        out[name] = onnx_call(torch, loaded, *inputs[name])
+        with zipfile.ZipFile(os.path.join(path, "state_dict.pt")) as archive:
+            pickled = b"".join(archive.read(n) for n in archive.namelist() if n.endswith("data.pkl"))
+        out[name]["names_aitune_fast"] = b"aitune_fast" in pickled
+    return out
+
+
+def onnx_mode(workdir):
+    try:
+        import aitune.torch as ait
+        import onnxruntime  # noqa: F401
+        import torch
+    except Exception as exc:  # noqa: BLE001
+        return {"skip": f"import aitune.torch or onnxruntime failed: {exc!r}"}
+    import aitune.torch.checkpoint.storage_tasks as storage_tasks
+    import aitune_fast
+    from aitune.torch.module.tuned_module import TunedModule
+
+    onnx_on_cpu(torch)
+    originals = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
+    results = {"stock": onnx_tune(ait, torch, "stock", workdir)}
+    results["stock_ckpt_stock"] = onnx_load(ait, torch, "stock", workdir)
+    aitune_fast.patch_aitune()
+    results["patched"] = onnx_tune(ait, torch, "patched", workdir)
+    results["stock_ckpt_patched"] = onnx_load(ait, torch, "stock", workdir)
+    results["patched_ckpt_patched"] = onnx_load(ait, torch, "patched", workdir)
+    aitune_fast.unpatch_aitune()
+    restored = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
+    results["functions_restored"] = all(a is b for a, b in zip(originals, restored, strict=True))
+    return results
+
+
+def onnx_stock_mode(workdir):
+    block_aitune_fast()
+    import aitune.torch as ait
+    import torch
+
+    onnx_on_cpu(torch)
+    return {
+        "aitune_fast_importable": "aitune_fast" in sys.modules,
+        "patched_ckpt_stock": onnx_load(ait, torch, "patched", workdir),
+    }
+
+
 def leftovers(objects) -> list[str]:
     """`module.attribute` of every loaded aitune module attribute that is one of `objects`."""
     ids = {id(o) for o in objects}
@@ -416,7 +552,14 @@ def early_mode(workdir):
 if __name__ == "__main__":
     mode, workdir = sys.argv[1], sys.argv[2]
     try:
-        out = {"main": main_mode, "stock": stock_mode, "autowrapt": autowrapt_mode, "early": early_mode}[mode](workdir)
+        out = {
+            "main": main_mode,
+            "stock": stock_mode,
+            "autowrapt": autowrapt_mode,
+            "early": early_mode,
+            "onnx": onnx_mode,
+            "onnx_stock": onnx_stock_mode,
+        }[mode](workdir)
     except BaseException:  # noqa: BLE001
         out = {"error": traceback.format_exc()}
     sys.stdout.flush()

@@ -4,7 +4,8 @@ The tuning runs in child processes (``aitune_child.py``): ``import aitune.torch`
 that ``load_reference()`` registers for the other tests, and the patch changes process-wide state. AITune imports
 ``tensorrt`` unconditionally; the children get the stand-in from ``tests/fixtures/tensorrt_stub`` (a test fixture,
 not TensorRT: no TensorRT backend is exercised). TorchInductor AOT is not tested: it fails on the CPU in stock
-AITune too.
+AITune too. AITune's ONNX Runtime backend is CUDA-only; the ``onnx`` children run it on the CPU through a marked
+test shim (``aitune_child.onnx_on_cpu``) that replaces only its device list, execution provider and inner call.
 
 The ``describe()`` tests at the end need no AITune and run in this process.
 """
@@ -151,6 +152,78 @@ def test_patched_checkpoints_load_in_stock_aitune_without_aitune_fast(main_run, 
     # and after unpatch_aitune() in the patching process
     for model in ("mlp", "llm_cp", "llm"):
         assert main_run["patched_ckpt_in_unpatched"][model] == main_run["patched"][model]["out"]
+
+
+@pytest.fixture(scope="module")
+def onnx_run(workdir) -> dict:
+    out = _run_child("onnx", workdir)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def onnx_stock_run(onnx_run, workdir) -> dict:
+    return _run_child("onnx_stock", workdir)
+
+
+ONNX_MODELS = ("mlp", "llm")
+
+
+def _onnx_loaded_as(loaded: dict, tuned: dict, module: str) -> None:
+    """`loaded` (a checkpoint loaded and called once) matches `tuned` and keeps its graph spec in `module`'s
+    classes, and the loaded ONNX Runtime backend served the call."""
+    assert loaded["out"] == tuned["out"]
+    assert loaded["backends"] == ["ONNXRuntimeBackend"]
+    assert loaded["served"] == 1
+    assert loaded["key_type"] == module
+    assert loaded["spec_types"] == [module]
+    assert loaded["locator_types"] == [module.replace("sample_metadata", "locator")]
+    assert loaded["input_paths"] == tuned["input_paths"]
+    assert loaded["n_inputs"] == tuned["n_inputs"]
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_tuning_matches_stock(onnx_run, model):
+    stock, patched = onnx_run["stock"][model], onnx_run["patched"][model]
+    assert patched["out"] == stock["out"]
+    assert stock["served"] == patched["served"] == 1
+    assert stock["spec_types"] == ["aitune.torch.module.sample_metadata"]
+    assert patched["spec_types"] == ["aitune_fast.sample_metadata"]
+    assert patched["input_paths"] == stock["input_paths"]
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_stock_checkpoint_loads_in_stock(onnx_run, model):
+    """The control: a stock checkpoint loaded by a stock AITune."""
+    loaded = onnx_run["stock_ckpt_stock"][model]
+    _onnx_loaded_as(loaded, onnx_run["stock"][model], "aitune.torch.module.sample_metadata")
+    assert loaded["names_aitune_fast"] is False
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_stock_checkpoint_loads_patched(onnx_run, model):
+    """The graph spec a stock ONNX Runtime backend stored (AITune's objects pickled whole) loads as ours."""
+    _onnx_loaded_as(onnx_run["stock_ckpt_patched"][model], onnx_run["stock"][model], "aitune_fast.sample_metadata")
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_patched_checkpoint_loads_patched(onnx_run, model):
+    loaded = onnx_run["patched_ckpt_patched"][model]
+    _onnx_loaded_as(loaded, onnx_run["patched"][model], "aitune_fast.sample_metadata")
+    assert loaded["names_aitune_fast"] is False  # written with AITune's classes, as a stock AITune writes
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_patched_checkpoint_loads_in_stock_aitune_without_aitune_fast(onnx_stock_run, onnx_run, model):
+    assert onnx_stock_run["aitune_fast_importable"] is False
+    loaded = onnx_stock_run["patched_ckpt_stock"][model]
+    _onnx_loaded_as(loaded, onnx_run["patched"][model], "aitune.torch.module.sample_metadata")
+
+
+def test_unpatch_restores_checkpoint_functions(onnx_run):
+    """TorchSaveTask.save, torch_load_with_custom_types and TunedModule.to_dict are AITune's own again."""
+    assert onnx_run["functions_restored"] is True
 
 
 def test_autowrapt_bootstrap_patches_aitune(main_run, workdir):
