@@ -173,6 +173,7 @@ ONNX_MODELS = ("mlp", "llm")
 def _onnx_loaded_as(loaded: dict, tuned: dict, module: str) -> None:
     """`loaded` (a checkpoint loaded and called once) matches `tuned` and keeps its graph spec in `module`'s
     classes, and the loaded ONNX Runtime backend served the call."""
+    assert "error" not in loaded, loaded["error"]
     assert loaded["out"] == tuned["out"]
     assert loaded["backends"] == ["ONNXRuntimeBackend"]
     assert loaded["served"] == 1
