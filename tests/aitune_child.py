@@ -20,6 +20,7 @@ import os
 import sys
 import traceback
 import warnings
+from pathlib import Path
 
 warnings.filterwarnings("ignore")
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -289,6 +290,7 @@ def onnx_tune(ait, torch, tag, workdir):
 
     mlp, llm, _ = models()
     out = {}
+    specs = {}
     inputs = onnx_inputs(torch)
     for name, build in (("mlp", mlp), ("llm", llm)):
         MODULE_REGISTRY.clear()
@@ -302,8 +304,9 @@ def onnx_tune(ait, torch, tag, workdir):
             data = ait.DataLoaderFactory([llm_sample(torch)], collate_fn=torch.utils.data.default_collate)
             ait.tune(lambda m=m, **kw: m(**kw), data, batch_sizes=[1, 2], device="cpu")
         out[name] = onnx_call(torch, m, *inputs[name])
+        specs[name] = next(iter(m.module.backends.values()))._graph_spec
         ait.save(m, os.path.join(workdir, f"onnx-{tag}-{name}.pt"))
-    return out
+    return out, specs
 
 
 def onnx_call(torch, m, args, kwargs) -> dict:
@@ -345,6 +348,47 @@ def onnx_load(ait, torch, tag, workdir) -> dict:
     return out
 
 
+def trt_state_save(torch, tag, workdir, graph_spec) -> dict:
+    """TensorRT cannot run here: build the backend its ``to_dict`` sees (AITune's class, holding the graph spec a
+    tuned ONNX Runtime backend recorded) and write its state with AITune's checkpoint file task."""
+    from aitune.torch.backend.tensorrt.tensorrt_backend import TensorRTBackend
+    from aitune.torch.checkpoint.artifact import ArtifactPath
+    from aitune.torch.checkpoint.storage_tasks import TorchSaveTask
+
+    folder = Path(workdir) / f"trt-{tag}"
+    folder.mkdir(exist_ok=True)
+    backend = TensorRTBackend()
+    backend._graph_spec = graph_spec
+    backend._engine_artifact = ArtifactPath(folder, "engine.plan")
+    backend._device = torch.device("cpu")
+    TorchSaveTask().save(folder, {"backend": backend.to_dict()})
+    return graph_spec_facts(graph_spec)
+
+
+def trt_state_load(tag, workdir) -> dict:
+    """The TensorRT backend state `tag` wrote, read back with AITune's checkpoint file task and ``from_dict``."""
+    from aitune.torch.backend.tensorrt.tensorrt_backend import TensorRTBackend
+    from aitune.torch.checkpoint.storage_tasks import TorchLoadTask
+
+    try:
+        state = TorchLoadTask().load(Path(workdir) / f"trt-{tag}")
+        return graph_spec_facts(TensorRTBackend.from_dict(None, state["backend"])._graph_spec)
+    except Exception:  # noqa: BLE001
+        return {"error": traceback.format_exc()}
+
+
+def graph_spec_facts(spec) -> dict:
+    from aitune.torch.module.tensor_spec import InfoLevel  # aitune_fast's under the patch
+
+    mds = (spec.input_spec, spec.output_spec)
+    return {
+        "types": sorted({type(md).__module__ for md in mds}),
+        "locator_types": sorted({type(loc).__module__ for md in mds for loc, _ in md.tensor_data}),
+        "described": [md.describe(InfoLevel.FULL) for md in mds],
+        "name": spec.name,
+    }
+
+
 def onnx_mode(workdir):
     try:
         import aitune.torch as ait
@@ -358,12 +402,18 @@ def onnx_mode(workdir):
 
     onnx_on_cpu(torch)
     originals = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
-    results = {"stock": onnx_tune(ait, torch, "stock", workdir)}
+    results, specs = {}, {}
+    results["stock"], specs["stock"] = onnx_tune(ait, torch, "stock", workdir)
     results["stock_ckpt_stock"] = onnx_load(ait, torch, "stock", workdir)
+    results["trt_stock"] = trt_state_save(torch, "stock", workdir, specs["stock"]["llm"])
+    results["trt_stock_stock"] = trt_state_load("stock", workdir)
     aitune_fast.patch_aitune()
-    results["patched"] = onnx_tune(ait, torch, "patched", workdir)
+    results["patched"], specs["patched"] = onnx_tune(ait, torch, "patched", workdir)
     results["stock_ckpt_patched"] = onnx_load(ait, torch, "stock", workdir)
     results["patched_ckpt_patched"] = onnx_load(ait, torch, "patched", workdir)
+    results["trt_patched"] = trt_state_save(torch, "patched", workdir, specs["patched"]["llm"])
+    results["trt_stock_patched"] = trt_state_load("stock", workdir)
+    results["trt_patched_patched"] = trt_state_load("patched", workdir)
     aitune_fast.unpatch_aitune()
     restored = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
     results["functions_restored"] = all(a is b for a, b in zip(originals, restored, strict=True))
@@ -379,6 +429,7 @@ def onnx_stock_mode(workdir):
     return {
         "aitune_fast_importable": "aitune_fast" in sys.modules,
         "patched_ckpt_stock": onnx_load(ait, torch, "patched", workdir),
+        "trt_patched_stock": trt_state_load("patched", workdir),
     }
 
 

@@ -222,6 +222,29 @@ def test_onnx_patched_checkpoint_loads_in_stock_aitune_without_aitune_fast(onnx_
     _onnx_loaded_as(loaded, onnx_run["patched"][model], "aitune.torch.module.sample_metadata")
 
 
+TRT_DIRECTIONS = {
+    "stock->stock": ("trt_stock", "onnx", "trt_stock_stock", "aitune.torch.module"),
+    "stock->patched": ("trt_stock", "onnx", "trt_stock_patched", "aitune_fast"),
+    "patched->patched": ("trt_patched", "onnx", "trt_patched_patched", "aitune_fast"),
+    "patched->stock": ("trt_patched", "onnx_stock", "trt_patched_stock", "aitune.torch.module"),
+}
+
+
+@pytest.mark.parametrize("direction", TRT_DIRECTIONS)
+def test_tensorrt_backend_state_round_trips(onnx_run, onnx_stock_run, direction):
+    """TensorRT cannot run here: its backend state (AITune's TensorRTBackend holding the LLM-like module's graph
+    spec) is written by AITune's checkpoint file task and read back by ``TensorRTBackend.from_dict``."""
+    written, reader, read, package = TRT_DIRECTIONS[direction]
+    before = onnx_run[written]
+    after = (onnx_run if reader == "onnx" else onnx_stock_run)[read]
+    assert "error" not in after, after["error"]
+    assert after["described"] == before["described"]
+    assert after["name"] == before["name"]
+    assert after["types"] == [f"{package}.sample_metadata"]
+    assert after["locator_types"] == [f"{package}.locator"]
+    assert len(before["described"][0].splitlines()) > 50  # the 50 inputs of the LLM-like module
+
+
 def test_unpatch_restores_checkpoint_functions(onnx_run):
     """TorchSaveTask.save, torch_load_with_custom_types and TunedModule.to_dict are AITune's own again."""
     assert onnx_run["functions_restored"] is True
