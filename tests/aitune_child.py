@@ -20,6 +20,7 @@ import os
 import sys
 import traceback
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 
 warnings.filterwarnings("ignore")
@@ -377,6 +378,51 @@ def trt_state_load(tag, workdir) -> dict:
         return {"error": traceback.format_exc()}
 
 
+def details_save(torch, tag, workdir) -> dict:
+    """Metadata in the shapes a backend state may hold it: shared, in tuples, an ``OrderedDict``, a list that holds
+    itself, an ``ExactSampleMetadata``, a lone locator and spec; written with AITune's checkpoint file task."""
+    from aitune.torch.checkpoint.storage_tasks import TorchSaveTask
+    from aitune.torch.module.exact_sample_metadata import ExactSampleMetadata
+    from aitune.torch.module.sample_metadata import SampleMetadata
+
+    x = {"a": torch.ones(2, 3), "b": [torch.zeros(4, dtype=torch.int64), 7, "s"], "c": None}
+    md = SampleMetadata.from_inputs({"x": x, "k": 3.5}, strict=True, batch_size=2)
+    exact = ExactSampleMetadata.from_inputs({"x": x})
+    loop = [md]
+    loop.append(loop)
+    state = {"shared": [md, md], "exact": exact, "pair": md.tensor_data[0], "loop": loop, "od": OrderedDict(m=md)}
+    folder = Path(workdir) / f"details-{tag}"
+    folder.mkdir(exist_ok=True)
+    TorchSaveTask().save(folder, state)
+    return details_facts(state)
+
+
+def details_load(tag, workdir) -> dict:
+    from aitune.torch.checkpoint.storage_tasks import TorchLoadTask
+
+    try:
+        return details_facts(TorchLoadTask().load(Path(workdir) / f"details-{tag}"))
+    except Exception:  # noqa: BLE001
+        return {"error": traceback.format_exc()}
+
+
+def details_facts(state) -> dict:
+    from aitune.torch.module.tensor_spec import InfoLevel  # aitune_fast's under the patch
+
+    md, exact = state["shared"][0], state["exact"]
+    loc, spec = state["pair"]
+    return {
+        "types": [type(o).__module__ for o in (md, exact, loc, spec, state["loop"][0])],
+        "exact_is_exact": type(exact).__name__ == "ExactSampleMetadata",
+        "shared": state["shared"][1] is md and state["od"]["m"] is md and state["loop"][0] is md,
+        "loop": state["loop"][1] is state["loop"],
+        "od": type(state["od"]).__name__,
+        "described": [m.describe(InfoLevel.FULL) for m in (md, exact)],
+        "other_data": [(o.path, v) for o, v in md.other_data],
+        "pair": [loc.path, spec.shape, str(spec.dtype)],
+    }
+
+
 def graph_spec_facts(spec) -> dict:
     from aitune.torch.module.tensor_spec import InfoLevel  # aitune_fast's under the patch
 
@@ -407,6 +453,8 @@ def onnx_mode(workdir):
     results["stock_ckpt_stock"] = onnx_load(ait, torch, "stock", workdir)
     results["trt_stock"] = trt_state_save(torch, "stock", workdir, specs["stock"]["llm"])
     results["trt_stock_stock"] = trt_state_load("stock", workdir)
+    results["details_stock"] = details_save(torch, "stock", workdir)
+    results["details_stock_stock"] = details_load("stock", workdir)
     aitune_fast.patch_aitune()
     results["patched"], specs["patched"] = onnx_tune(ait, torch, "patched", workdir)
     results["stock_ckpt_patched"] = onnx_load(ait, torch, "stock", workdir)
@@ -414,6 +462,9 @@ def onnx_mode(workdir):
     results["trt_patched"] = trt_state_save(torch, "patched", workdir, specs["patched"]["llm"])
     results["trt_stock_patched"] = trt_state_load("stock", workdir)
     results["trt_patched_patched"] = trt_state_load("patched", workdir)
+    results["details_patched"] = details_save(torch, "patched", workdir)
+    results["details_stock_patched"] = details_load("stock", workdir)
+    results["details_patched_patched"] = details_load("patched", workdir)
     aitune_fast.unpatch_aitune()
     restored = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
     results["functions_restored"] = all(a is b for a, b in zip(originals, restored, strict=True))
@@ -430,6 +481,7 @@ def onnx_stock_mode(workdir):
         "aitune_fast_importable": "aitune_fast" in sys.modules,
         "patched_ckpt_stock": onnx_load(ait, torch, "patched", workdir),
         "trt_patched_stock": trt_state_load("patched", workdir),
+        "details_patched_stock": details_load("patched", workdir),
     }
 
 

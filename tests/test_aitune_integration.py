@@ -245,6 +245,30 @@ def test_tensorrt_backend_state_round_trips(onnx_run, onnx_stock_run, direction)
     assert len(before["described"][0].splitlines()) > 50  # the 50 inputs of the LLM-like module
 
 
+DETAIL_DIRECTIONS = {
+    "stock->stock": ("details_stock", "onnx", "details_stock_stock", "aitune.torch.module"),
+    "stock->patched": ("details_stock", "onnx", "details_stock_patched", "aitune_fast"),
+    "patched->patched": ("details_patched", "onnx", "details_patched_patched", "aitune_fast"),
+    "patched->stock": ("details_patched", "onnx_stock", "details_patched_stock", "aitune.torch.module"),
+}
+
+
+@pytest.mark.parametrize("direction", DETAIL_DIRECTIONS)
+def test_checkpoint_metadata_in_any_container_round_trips(onnx_run, onnx_stock_run, direction):
+    """Shared metadata stays shared (and a list holding itself holds itself), tuples, OrderedDicts,
+    ExactSampleMetadata, lone locators and specs, and other_data values come back equal in either package."""
+    written, reader, read, package = DETAIL_DIRECTIONS[direction]
+    before = onnx_run[written]
+    after = (onnx_run if reader == "onnx" else onnx_stock_run)[read]
+    assert "error" not in after, after["error"]
+    names = ("sample_metadata", "exact_sample_metadata", "locator", "tensor_spec", "sample_metadata")
+    assert after["types"] == [f"{package}.{name}" for name in names]
+    assert after["exact_is_exact"] and after["shared"] and after["loop"]
+    assert after["od"] == "OrderedDict"
+    for field in ("described", "other_data", "pair"):
+        assert after[field] == before[field]
+
+
 def test_unpatch_restores_checkpoint_functions(onnx_run):
     """TorchSaveTask.save, torch_load_with_custom_types and TunedModule.to_dict are AITune's own again."""
     assert onnx_run["functions_restored"] is True
