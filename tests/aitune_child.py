@@ -291,7 +291,7 @@ def onnx_tune(ait, torch, tag, workdir):
 
     mlp, llm, _ = models()
     out = {}
-    specs = {}
+    specs, modules = {}, {}
     inputs = onnx_inputs(torch)
     for name, build in (("mlp", mlp), ("llm", llm)):
         MODULE_REGISTRY.clear()
@@ -306,8 +306,9 @@ def onnx_tune(ait, torch, tag, workdir):
             ait.tune(lambda m=m, **kw: m(**kw), data, batch_sizes=[1, 2], device="cpu")
         out[name] = onnx_call(torch, m, *inputs[name])
         specs[name] = next(iter(m.module.backends.values()))._graph_spec
+        modules[name] = m
         ait.save(m, os.path.join(workdir, f"onnx-{tag}-{name}.pt"))
-    return out, specs
+    return out, specs, modules
 
 
 def onnx_call(torch, m, args, kwargs) -> dict:
@@ -449,14 +450,18 @@ def onnx_mode(workdir):
     onnx_on_cpu(torch)
     originals = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
     results, specs = {}, {}
-    results["stock"], specs["stock"] = onnx_tune(ait, torch, "stock", workdir)
+    results["stock"], specs["stock"], stock_modules = onnx_tune(ait, torch, "stock", workdir)
     results["stock_ckpt_stock"] = onnx_load(ait, torch, "stock", workdir)
     results["trt_stock"] = trt_state_save(torch, "stock", workdir, specs["stock"]["llm"])
     results["trt_stock_stock"] = trt_state_load("stock", workdir)
     results["details_stock"] = details_save(torch, "stock", workdir)
     results["details_stock_stock"] = details_load("stock", workdir)
     aitune_fast.patch_aitune()
-    results["patched"], specs["patched"] = onnx_tune(ait, torch, "patched", workdir)
+    # modules tuned before the patch: their graph specs were converted; saved now, a stock AITune loads them
+    for name, module in stock_modules.items():
+        ait.save(module, os.path.join(workdir, f"onnx-restock-{name}.pt"))
+    results["restock_ckpt_patched"] = onnx_load(ait, torch, "restock", workdir)
+    results["patched"], specs["patched"], _ = onnx_tune(ait, torch, "patched", workdir)
     results["stock_ckpt_patched"] = onnx_load(ait, torch, "stock", workdir)
     results["patched_ckpt_patched"] = onnx_load(ait, torch, "patched", workdir)
     results["trt_patched"] = trt_state_save(torch, "patched", workdir, specs["patched"]["llm"])
@@ -480,6 +485,7 @@ def onnx_stock_mode(workdir):
     return {
         "aitune_fast_importable": "aitune_fast" in sys.modules,
         "patched_ckpt_stock": onnx_load(ait, torch, "patched", workdir),
+        "restock_ckpt_stock": onnx_load(ait, torch, "restock", workdir),
         "trt_patched_stock": trt_state_load("patched", workdir),
         "details_patched_stock": details_load("patched", workdir),
     }

@@ -222,6 +222,15 @@ def test_onnx_patched_checkpoint_loads_in_stock_aitune_without_aitune_fast(onnx_
     _onnx_loaded_as(loaded, onnx_run["patched"][model], "aitune.torch.module.sample_metadata")
 
 
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_module_tuned_before_patch_saves_loadable_both_ways(onnx_stock_run, onnx_run, model):
+    """A module tuned stock, saved under the patch (its graph spec converted to ours at patch time)."""
+    tuned = onnx_run["stock"][model]
+    _onnx_loaded_as(onnx_run["restock_ckpt_patched"][model], tuned, "aitune_fast.sample_metadata")
+    _onnx_loaded_as(onnx_stock_run["restock_ckpt_stock"][model], tuned, "aitune.torch.module.sample_metadata")
+    assert onnx_run["restock_ckpt_patched"][model]["names_aitune_fast"] is False
+
+
 TRT_DIRECTIONS = {
     "stock->stock": ("trt_stock", "onnx", "trt_stock_stock", "aitune.torch.module"),
     "stock->patched": ("trt_stock", "onnx", "trt_stock_patched", "aitune_fast"),
