@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import traceback
+import types
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -395,16 +396,32 @@ def details_save(torch, tag, workdir) -> dict:
     folder = Path(workdir) / f"details-{tag}"
     folder.mkdir(exist_ok=True)
     TorchSaveTask().save(folder, state)
-    return details_facts(state)
+    facts = details_facts(state)
+    # metadata only inside an object that is no plain container (the save finds it while pickling)
+    hidden = {"hidden": types.SimpleNamespace(md=SampleMetadata.from_outputs([torch.ones(2)], strict=True))}
+    folder = Path(workdir) / f"hidden-{tag}"
+    folder.mkdir(exist_ok=True)
+    TorchSaveTask().save(folder, hidden)
+    facts["hidden"] = hidden_facts(hidden)
+    return facts
 
 
 def details_load(tag, workdir) -> dict:
     from aitune.torch.checkpoint.storage_tasks import TorchLoadTask
 
     try:
-        return details_facts(TorchLoadTask().load(Path(workdir) / f"details-{tag}"))
+        facts = details_facts(TorchLoadTask().load(Path(workdir) / f"details-{tag}"))
+        facts["hidden"] = hidden_facts(TorchLoadTask().load(Path(workdir) / f"hidden-{tag}"))
+        return facts
     except Exception:  # noqa: BLE001
         return {"error": traceback.format_exc()}
+
+
+def hidden_facts(state) -> dict:
+    from aitune.torch.module.tensor_spec import InfoLevel
+
+    md = state["hidden"].md
+    return {"type": type(md).__module__, "described": md.describe(InfoLevel.FULL)}
 
 
 def details_facts(state) -> dict:

@@ -440,7 +440,15 @@ def _wrap_checkpoint_files(storage_tasks: Any) -> None:
             import torch
 
             file_path = Path(path) / file_name
-            torch.save(state_dict, file_path, pickle_module=_checkpoint_pickle)
+            written = False
+            if not _holds_metadata(state_dict):
+                try:  # the C pickler, as nothing seen needs AITune's names (keys are bytes by now)
+                    torch.save(state_dict, file_path, pickle_module=_probe_pickle)
+                    written = True
+                except _NeedsReferenceNames:  # metadata inside some object: write it again, naming AITune's classes
+                    pass
+            if not written:
+                torch.save(state_dict, file_path, pickle_module=_checkpoint_pickle)
             _logger.info("State dict saved to %s (%d bytes, AITune's metadata layout)", file_path, _size(file_path))
 
         _replace("TorchSaveTask.save", save_task, "save", save)
@@ -454,6 +462,21 @@ def _wrap_checkpoint_files(storage_tasks: Any) -> None:
         return _ours_in(state, _reference_types(), {}, set())
 
     _replace("torch_load_with_custom_types", storage_tasks, "torch_load_with_custom_types", load)
+
+
+def _holds_metadata(state: Any) -> bool:
+    """Whether plain containers (dicts, lists, tuples) in `state` hold our or AITune's metadata, locators, specs."""
+    kinds = {id(t) for t in _OUR_TYPES} | _reference_types()
+    stack, seen = [state], set()
+    while stack:
+        value = stack.pop()
+        cls = type(value)
+        if id(cls) in kinds:
+            return True
+        if (cls is dict or cls is OrderedDict or cls is list or cls is tuple) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(value.values() if isinstance(value, dict) else value)
+    return False
 
 
 def _size(path: Path) -> int:
@@ -564,6 +587,24 @@ class _ReferencePickler(pickle._Pickler):  # type: ignore[name-defined]
         self.memoize(obj)
 
 
+class _NeedsReferenceNames(Exception):
+    """Raised by :class:`_ProbePickler` at the first object only :class:`_ReferencePickler` can write."""
+
+
+class _ProbePickler(pickle.Pickler):
+    """The C pickler, stopped at the first of our metadata, locators, specs or object types, or of AITune's
+    classes or their instances (the C pickler cannot name those while the patch is on)."""
+
+    def __init__(self, file: Any, protocol: int | None = None, **kwargs: Any) -> None:
+        super().__init__(file, protocol, **kwargs)
+        self._refused = {id(t) for t in _OUR_TYPES} | set(_reference_names())
+
+    def reducer_override(self, obj: Any) -> Any:  # the C pickler calls this for objects of non-builtin types only
+        if id(type(obj)) in self._refused or id(obj) in self._refused:
+            raise _NeedsReferenceNames(type(obj).__name__)
+        return NotImplemented
+
+
 class _ReferenceUnpickler(pickle.Unpickler):
     """The standard unpickler, except that the names the patch swapped give AITune's own objects back."""
 
@@ -618,6 +659,9 @@ _checkpoint_pickle.Pickler = _ReferencePickler  # type: ignore[attr-defined]
 _checkpoint_pickle.Unpickler = _ReferenceUnpickler  # type: ignore[attr-defined]
 _checkpoint_pickle.load = pickle.load  # type: ignore[attr-defined]  # torch's legacy format only
 _checkpoint_pickle.dump = pickle.dump  # type: ignore[attr-defined]
+_probe_pickle = types.ModuleType("aitune_fast.patch._probe_pickle")
+_probe_pickle.Pickler = _ProbePickler  # type: ignore[attr-defined]
+_probe_pickle.dump = pickle.dump  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------- autowrapt
