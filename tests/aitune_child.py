@@ -508,6 +508,25 @@ def onnx_stock_mode(workdir):
     }
 
 
+def weights_only_mode(workdir):
+    """Run with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``: torch loads AITune's checkpoints weights-only (AITune's
+    allowlist), stock and patched."""
+    import aitune.torch as ait
+    import aitune_fast
+    import torch
+
+    onnx_on_cpu(torch)
+    results = {
+        "stock_ckpt_stock": onnx_load(ait, torch, "stock", workdir),
+        "trt_stock_stock": trt_state_load("stock", workdir),
+    }
+    aitune_fast.patch_aitune()
+    for tag in ("stock", "patched"):
+        results[f"{tag}_ckpt_patched"] = onnx_load(ait, torch, tag, workdir)
+        results[f"trt_{tag}_patched"] = trt_state_load(tag, workdir)
+    return results
+
+
 def leftovers(objects) -> list[str]:
     """`module.attribute` of every loaded aitune module attribute that is one of `objects`."""
     ids = {id(o) for o in objects}
@@ -688,6 +707,7 @@ if __name__ == "__main__":
             "early": early_mode,
             "onnx": onnx_mode,
             "onnx_stock": onnx_stock_mode,
+            "weights_only": weights_only_mode,
         }[mode](workdir)
     except BaseException:  # noqa: BLE001
         out = {"error": traceback.format_exc()}

@@ -283,6 +283,29 @@ def test_checkpoint_metadata_in_any_container_round_trips(onnx_run, onnx_stock_r
         assert after["hidden"]["type"] == "aitune.torch.module.sample_metadata"
 
 
+@pytest.fixture(scope="module")
+def weights_only_run(onnx_run, workdir) -> dict:
+    return _run_child("weights_only", workdir, TORCH_FORCE_WEIGHTS_ONLY_LOAD="1")
+
+
+@pytest.mark.parametrize("written", ["stock", "patched"])
+def test_weights_only_loading_of_checkpoints(onnx_run, weights_only_run, written):
+    """With TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 torch loads weights-only whatever AITune asks, with AITune's allowlist
+    of classes; it refuses a pickle module, so the patched load takes AITune's own loader with AITune's classes
+    allowed under their names. The stock load is the control."""
+    out = weights_only_run
+    fast, stock = "aitune_fast.sample_metadata", "aitune.torch.module.sample_metadata"
+    for model in ONNX_MODELS:
+        _onnx_loaded_as(out["stock_ckpt_stock"][model], onnx_run["stock"][model], stock)
+        _onnx_loaded_as(out[f"{written}_ckpt_patched"][model], onnx_run[written][model], fast)
+    for key in ("trt_stock_stock", f"trt_{written}_patched"):
+        assert "error" not in out[key], out[key]["error"]
+        assert (
+            out[key]["described"] == onnx_run[f"trt_{written}" if key.endswith("patched") else "trt_stock"]["described"]
+        )
+    assert out[f"trt_{written}_patched"]["types"] == [fast]
+
+
 def test_unpatch_restores_checkpoint_functions(onnx_run):
     """TorchSaveTask.save, torch_load_with_custom_types and TunedModule.to_dict are AITune's own again."""
     assert onnx_run["functions_restored"] is True

@@ -32,6 +32,7 @@ import importlib.abc
 import importlib.util
 import io
 import logging
+import os
 import pickle
 import sys
 import threading
@@ -453,12 +454,21 @@ def _wrap_checkpoint_files(storage_tasks: Any) -> None:
 
         _replace("TorchSaveTask.save", save_task, "save", save)
 
+    original_load = vars(storage_tasks).get("torch_load_with_custom_types")
+
     def load(path: Path) -> dict:
         import torch
 
-        # AITune reads checkpoints with weights_only=False (backends store their own objects); so does this, with
-        # the same unpickler apart from find_class
-        state = torch.load(path, weights_only=False, pickle_module=_checkpoint_pickle)
+        if os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes", "true"):
+            # torch then loads weights-only whatever the caller asks, and refuses a pickle module: AITune's own
+            # loader, with AITune's classes also allowed under their names (which now name ours)
+            reference = [_state.reference[n] for n in _CONVERTED if n in _state.reference]
+            with torch.serialization.safe_globals(reference):
+                state = original_load(path)
+        else:
+            # AITune reads checkpoints with weights_only=False (backends store their own objects); so does this,
+            # with the same unpickler apart from find_class
+            state = torch.load(path, weights_only=False, pickle_module=_checkpoint_pickle)
         return _ours_in(state, _reference_types(), {}, set())
 
     _replace("torch_load_with_custom_types", storage_tasks, "torch_load_with_custom_types", load)
@@ -643,14 +653,13 @@ def _ours_in(value: Any, kinds: set[int], memo: dict[int, tuple[Any, Any]], seen
     return value
 
 
+_CONVERTED = ("SampleMetadata", "ExactSampleMetadata", "Locator", "TensorSpec", "ObjectType")
+
+
 def _reference_types() -> set[int]:
     """ids of AITune's classes that :func:`_ours_in` converts (held in ``_state.reference``, so ids stay valid)."""
     reference = _state.reference
-    return {
-        id(reference[name])
-        for name in ("SampleMetadata", "ExactSampleMetadata", "Locator", "TensorSpec", "ObjectType")
-        if name in reference
-    }
+    return {id(reference[name]) for name in _CONVERTED if name in reference}
 
 
 # what torch.save/torch.load get as `pickle_module` for AITune's checkpoint file under the patch
