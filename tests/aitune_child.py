@@ -8,7 +8,9 @@ Modes:
   autowrapt started with ``AUTOWRAPT_BOOTSTRAP=aitune_fast``: is AITune patched after ``import aitune.torch``?
   early     ``patch_aitune()`` before ``import aitune.torch``;
   onnx      ONNX Runtime backends (they keep a graph spec in their checkpoint state) tuned stock and patched, each
-            checkpoint loaded stock and patched; ``onnx_stock``: a stock AITune loads the patched checkpoints.
+            checkpoint loaded stock and patched; the TensorRT backend's state and metadata in assorted containers
+            through AITune's checkpoint file tasks; ``onnx_stock``: a stock AITune loads what ``onnx`` saved patched;
+  weights_only  run with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``: the ``onnx`` checkpoints loaded stock and patched.
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
