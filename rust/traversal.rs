@@ -193,6 +193,11 @@ impl<'py> Source<'py> {
 /// The field list of the last instance seen of a user type, keyed by its `__dict__` keys.
 struct InstanceFields {
     ty: usize,
+    /// the type (kept alive, so `ty` names no other type) and its version tag when the entry was
+    /// made: a later walk reuses the entry only while the tag is unchanged (Python resets it on
+    /// any change to the class or its bases, which could change `direct`)
+    class: Py<PyType>,
+    tag: u32,
     /// held (not just their addresses) so that no other string can take their place
     keys: Vec<Py<PyAny>>,
     fields: Option<Arc<[Py<PyString>]>>,
@@ -258,9 +263,12 @@ fn direct_fields(
     Ok(Some(out.into()))
 }
 
-/// Per-walk memo of type classifications and user-type fields.
+/// Memo of type classifications and user-type fields, kept by each thread from walk to walk
+/// (see [`Memo::take`]): valid for one registry generation, and bounded.
 #[derive(Default)]
 struct Memo {
+    /// the registry generation the entries belong to
+    gen: u64,
     types: Vec<(usize, Arc<TypeInfo>)>,
     /// per proxy type, its classification for instances that are tensors
     proxies: Vec<(usize, Arc<TypeInfo>)>,
@@ -284,7 +292,53 @@ impl std::ops::Deref for InfoRef {
     }
 }
 
+thread_local! {
+    /// This thread's memo between walks; a walk takes it out (a walk nested inside a callback of
+    /// another starts from an empty one) and puts it back when done.
+    static MEMO: std::cell::Cell<Option<Box<Memo>>> = const { std::cell::Cell::new(None) };
+}
+
+/// `tp_version_tag` of a live type.
+#[inline]
+fn version_tag(ty: &Bound<'_, PyType>) -> u32 {
+    // SAFETY: reading a field of a live type object
+    unsafe { (*ty.as_type_ptr()).tp_version_tag }
+}
+
 impl Memo {
+    /// Most entries of each kind kept between walks.
+    const BOUND: usize = 64;
+
+    /// This thread's memo, ready for a walk under the current registry generation.
+    fn take(py: Python<'_>) -> Box<Memo> {
+        let gen = crate::registry::generation();
+        let mut m = MEMO
+            .try_with(|m| m.take())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if m.gen != gen
+            || m.types.len() > Self::BOUND
+            || m.proxies.len() > Self::BOUND
+            || m.fields.len() > Self::BOUND
+            || m.instances.len() > Self::BOUND
+        {
+            *m = Memo {
+                gen,
+                ..Memo::default()
+            };
+        }
+        // an instance layout learned in an earlier walk holds while its class is unchanged
+        m.instances
+            .retain(|e| e.tag != 0 && version_tag(e.class.bind(py)) == e.tag);
+        m
+    }
+
+    /// Keep `memo` for this thread's next walk.
+    fn put_back(memo: Box<Memo>) {
+        let _ = MEMO.try_with(|m| m.set(Some(memo)));
+    }
+
     #[inline]
     fn info(&mut self, py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<InfoRef> {
         let key = ty.as_ptr() as usize;
@@ -416,6 +470,8 @@ impl Memo {
         self.instances.retain(|e| e.ty != tkey);
         self.instances.push(InstanceFields {
             ty: tkey,
+            class: ty.clone().unbind(),
+            tag: version_tag(ty),
             keys,
             fields: fields.clone(),
             direct: direct.clone(),
@@ -642,7 +698,20 @@ pub fn walk<V: Visitor>(
     arena: &mut Arena,
     visitor: &mut V,
 ) -> PyResult<()> {
-    let mut memo = Memo::default();
+    let mut memo = Memo::take(py);
+    let result = walk_with(py, root, only_tensors, arena, visitor, &mut memo);
+    Memo::put_back(memo);
+    result
+}
+
+fn walk_with<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+    memo: &mut Memo,
+) -> PyResult<()> {
     let info = memo.info(py, &root.get_type())?;
     if info.ignored {
         return Ok(());
@@ -657,7 +726,7 @@ pub fn walk<V: Visitor>(
     let mut on_stack = OnStack::default();
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
-    let src = open(py, &mut memo, root, info)?;
+    let src = open(py, memo, root, info)?;
     arena.may_repeat |= matches!(src, Source::Items(_));
     let mut stack = vec![Frame {
         src,
@@ -713,7 +782,7 @@ pub fn walk<V: Visitor>(
             )));
         }
         on_stack.insert(ptr, node);
-        let src = open(py, &mut memo, &value, info)?;
+        let src = open(py, memo, &value, info)?;
         // a mapping read through its own `items()` may yield a key twice
         arena.may_repeat |= matches!(src, Source::Items(_));
         stack.push(Frame {

@@ -615,6 +615,24 @@ def test_registered_user_type_fields_read_through_descriptors_and_getattribute(r
         assert found["i[1].plain"] == "intercepted"
 
 
+def test_registered_user_type_changed_between_walks_is_read_as_changed(ref, fast, registry):
+    # each thread keeps what it learned of a type's instance layout from walk to walk: a change to
+    # the class (here a property now shadowing an instance attribute) must be seen by the next walk
+    class Changing:
+        def __init__(self):
+            self.value = torch.zeros(1)
+            self.other = 1
+
+    registry.register(Changing)
+    obj = {"c": Changing()}
+    for _ in range(2):
+        assert_same_leaves(ref, fast, obj)
+    Changing.value = property(lambda self: "from the property")
+    assert_same_leaves(ref, fast, obj)
+    found = {str(loc): value for loc, value in fast.locator.Locator.find_leaves(obj)}
+    assert found["c.value"] == "from the property"
+
+
 def test_unregistered_user_type_is_a_single_leaf(ref, fast):
     obj = {"r": Rich(torch.zeros(1))}
     snap = assert_same_leaves(ref, fast, obj)
