@@ -232,7 +232,7 @@ impl Accessor {
     pub fn py_hash(&self, py: Python<'_>) -> PyResult<isize> {
         match self {
             Accessor::Int(v) => Ok(py_int_hash(*v)),
-            Accessor::Str(s) => s.bind(py).hash(),
+            Accessor::Str(s) => str_hash(s.bind(py)),
             Accessor::Obj(o) => o.bind(py).hash(),
         }
     }
@@ -301,6 +301,22 @@ pub fn py_int_hash(v: i64) -> isize {
 }
 
 const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// `hash(s)`: an exact `str`'s cached hash when it has one (no call), else Python's.
+#[inline]
+pub fn str_hash(s: &Bound<'_, PyString>) -> PyResult<isize> {
+    // SAFETY: an exact str is a `PyASCIIObject` underneath; `hash` is -1 until computed, and only
+    // str's own hash function writes it (a subclass may hash otherwise: hence exact only)
+    unsafe {
+        if ffi::PyUnicode_CheckExact(s.as_ptr()) != 0 {
+            let h = (*(s.as_ptr() as *const ffi::PyASCIIObject)).hash;
+            if h != -1 {
+                return Ok(h);
+            }
+        }
+    }
+    s.hash()
+}
 
 #[inline]
 pub fn mix(a: u64, b: u64) -> u64 {
@@ -379,6 +395,7 @@ impl Arena {
     }
 
     /// Append a step below `parent`, given the accessor's Python hash.
+    #[inline]
     pub fn push_hashed(
         &mut self,
         parent: u32,
@@ -402,6 +419,7 @@ impl Arena {
         Ok(id)
     }
 
+    #[inline]
     pub fn push(
         &mut self,
         py: Python<'_>,

@@ -270,15 +270,21 @@ struct Memo {
     /// the registry generation the entries belong to
     gen: u64,
     types: Vec<(usize, Arc<TypeInfo>)>,
+    /// a direct-mapped index into `types` by type address (`InfoRef`s of its entries)
+    recent: [(usize, Option<InfoRef>); Memo::RECENT],
     /// per proxy type, its classification for instances that are tensors
     proxies: Vec<(usize, Arc<TypeInfo>)>,
     fields: Vec<(usize, Arc<ClassFields>)>,
     instances: Vec<InstanceFields>,
+    /// the containers on the current path (empty between walks; kept for its allocation)
+    on_stack: OnStack,
 }
 
-/// A classification the walk's `Memo` holds: the memo keeps each `Arc` until it is dropped and never
-/// removes one, and an `Arc`'s contents stay put when the memo's vector grows, so the pointee lives as
-/// long as the memo. Only `walk` makes these, and its memo outlives them. Reading through it costs no
+/// A classification the walk's `Memo` holds: the memo keeps each `Arc` until it is dropped or reset
+/// whole (`Memo::take`, between walks, which also empties `recent`) and never removes one, and an
+/// `Arc`'s contents stay put when the memo's vector grows, so the pointee lives as long as the memo
+/// (or its reset). Only the memo's `recent` index and `walk` hold these, and the memo outlives the
+/// walk's. Reading through it costs no
 /// reference count (an atomic increment and decrement per value otherwise: 3% of a dispatch).
 #[derive(Clone, Copy)]
 struct InfoRef(*const TypeInfo);
@@ -308,6 +314,12 @@ fn version_tag(ty: &Bound<'_, PyType>) -> u32 {
 impl Memo {
     /// Most entries of each kind kept between walks.
     const BOUND: usize = 64;
+    const RECENT: usize = 16;
+
+    #[inline]
+    fn slot(key: usize) -> usize {
+        (key >> 4 ^ key >> 9) % Self::RECENT
+    }
 
     /// This thread's memo, ready for a walk under the current registry generation.
     fn take(py: Python<'_>) -> Box<Memo> {
@@ -342,12 +354,33 @@ impl Memo {
     #[inline]
     fn info(&mut self, py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<InfoRef> {
         let key = ty.as_ptr() as usize;
-        if let Some((_, i)) = self.types.iter().find(|(k, _)| *k == key) {
-            return Ok(InfoRef(Arc::as_ptr(i)));
+        let slot = Self::slot(key);
+        if let (k, Some(r)) = self.recent[slot] {
+            if k == key {
+                return Ok(r);
+            }
         }
-        let info = type_info(py, ty)?;
-        let r = InfoRef(Arc::as_ptr(&info));
-        self.types.push((key, info));
+        self.info_slow(py, ty, key, slot)
+    }
+
+    #[inline(never)]
+    fn info_slow(
+        &mut self,
+        py: Python<'_>,
+        ty: &Bound<'_, PyType>,
+        key: usize,
+        slot: usize,
+    ) -> PyResult<InfoRef> {
+        let r = match self.types.iter().find(|(k, _)| *k == key) {
+            Some((_, i)) => InfoRef(Arc::as_ptr(i)),
+            None => {
+                let info = type_info(py, ty)?;
+                let r = InfoRef(Arc::as_ptr(&info));
+                self.types.push((key, info));
+                r
+            }
+        };
+        self.recent[slot] = (key, Some(r));
         Ok(r)
     }
 
@@ -675,6 +708,12 @@ impl OnStack {
         }
     }
 
+    /// Forget every container (keeping the short list's allocation).
+    fn clear(&mut self) {
+        self.short.clear();
+        self.long = None;
+    }
+
     #[inline]
     fn remove(&mut self, ptr: &usize) {
         match &mut self.long {
@@ -723,7 +762,34 @@ fn walk_with<V: Visitor>(
         }
         return Ok(());
     }
-    let mut on_stack = OnStack::default();
+    let mut on_stack = std::mem::take(&mut memo.on_stack);
+    on_stack.clear();
+    let result = walk_frames(
+        py,
+        root,
+        only_tensors,
+        arena,
+        visitor,
+        memo,
+        &mut on_stack,
+        info,
+    );
+    on_stack.clear();
+    memo.on_stack = on_stack;
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_frames<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+    memo: &mut Memo,
+    on_stack: &mut OnStack,
+    info: InfoRef,
+) -> PyResult<()> {
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
     let src = open(py, memo, root, info)?;
