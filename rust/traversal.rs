@@ -51,7 +51,7 @@ enum Source<'py> {
         FieldList,
         usize,
         Kind,
-        Option<(Bound<'py, PyDict>, Arc<[bool]>)>,
+        Option<(Bound<'py, PyDict>, Arc<[isize]>)>,
     ),
 }
 
@@ -175,7 +175,9 @@ impl<'py> Source<'py> {
                 Some(name) => {
                     let name = name.bind(py);
                     let from_dict = match direct {
-                        Some((dict, ok)) if ok[*i] => dict.get_item(name)?,
+                        Some((dict, how)) if how[*i] != NOT_DIRECT => {
+                            dict_entry(py, dict, name, how[*i])?
+                        }
                         _ => None,
                     };
                     *i += 1;
@@ -201,7 +203,7 @@ struct InstanceFields {
     /// held (not just their addresses) so that no other string can take their place
     keys: Vec<Py<PyAny>>,
     fields: Option<Arc<[Py<PyString>]>>,
-    direct: Option<Arc<[bool]>>,
+    direct: Option<Arc<[isize]>>,
 }
 
 /// Whether `dict`'s keys are exactly the objects `keys`, in order (a raw scan: no references taken).
@@ -225,18 +227,51 @@ struct UserFields<'py> {
     /// the merged class and instance names, when the instance adds any
     own: Option<Arc<[Py<PyString>]>>,
     /// the instance dict and, per field, whether `getattr` would return its entry unchanged
-    direct: Option<(Bound<'py, PyDict>, Arc<[bool]>)>,
+    /// (see [`direct_fields`])
+    direct: Option<(Bound<'py, PyDict>, Arc<[isize]>)>,
+}
+
+/// A field `getattr` must read.
+const NOT_DIRECT: isize = -1;
+/// A field read from the instance dict, with no position hint.
+const NO_HINT: isize = -2;
+
+/// `dict.get(name)`, first trying the entry at `PyDict_Next` position `hint` (when not negative):
+/// the entry whose key is `name` itself is the one a lookup finds.
+#[inline]
+fn dict_entry<'py>(
+    py: Python<'py>,
+    dict: &Bound<'py, PyDict>,
+    name: &Bound<'py, PyString>,
+    hint: isize,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if hint >= 0 {
+        let mut pos = hint as ffi::Py_ssize_t;
+        let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+        let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold (any position is
+        // accepted; one out of range ends the iteration); we take our own reference to the value
+        unsafe {
+            if ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) != 0 && k == name.as_ptr()
+            {
+                return Ok(Some(Bound::from_borrowed_ptr(py, v)));
+            }
+        }
+    }
+    dict.get_item(name)
 }
 
 /// Per field: whether `getattr(obj, name)` is just `obj.__dict__[name]`, i.e. the type uses
 /// the generic attribute lookup and no class in its MRO defines `name` (no descriptor can
-/// intervene). `None` when the type customises attribute access.
+/// intervene): [`NOT_DIRECT`] when not, else the `PyDict_Next` position of `name`'s entry in
+/// `dict` (a hint for instances laid out alike, checked on use), or [`NO_HINT`]. `None` when the
+/// type customises attribute access.
 fn direct_fields(
     py: Python<'_>,
     ty: &Bound<'_, PyType>,
     dict: &Bound<'_, PyDict>,
     names: &[Py<PyString>],
-) -> PyResult<Option<Arc<[bool]>>> {
+) -> PyResult<Option<Arc<[isize]>>> {
     // SAFETY: reading a slot of a live type object
     let generic = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize)
         == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
@@ -258,7 +293,23 @@ fn direct_fields(
             }
             ok = !d.contains(name)?;
         }
-        out.push(ok);
+        out.push(if ok { NO_HINT } else { NOT_DIRECT });
+    }
+    // the positions, found by key identity (a raw scan: nothing runs)
+    let mut pos: ffi::Py_ssize_t = 0;
+    let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+    let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+    loop {
+        let before = pos;
+        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold
+        if unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) } == 0 {
+            break;
+        }
+        for (i, name) in names.iter().enumerate() {
+            if out[i] == NO_HINT && name.as_ptr() == k {
+                out[i] = before as isize;
+            }
+        }
     }
     Ok(Some(out.into()))
 }
