@@ -302,17 +302,24 @@ pub fn py_int_hash(v: i64) -> isize {
 
 const K: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// `hash(s)`: an exact `str`'s cached hash when it has one (no call), else Python's.
+/// The hash of `s`'s content, when str's own hash function has computed it (any `str`, subclasses
+/// too: the field is only ever written by str's hash of the content), without calling anything.
+#[inline]
+pub fn cached_str_hash(s: &Bound<'_, PyString>) -> Option<isize> {
+    // SAFETY: every str (subclass instances too) is a `PyASCIIObject` underneath; `hash` is -1
+    // until computed
+    let h = unsafe { (*(s.as_ptr() as *const ffi::PyASCIIObject)).hash };
+    (h != -1).then_some(h)
+}
+
+/// `hash(s)`: an exact `str`'s cached hash when it has one (no call), else Python's (a subclass may
+/// define its own `__hash__`).
 #[inline]
 pub fn str_hash(s: &Bound<'_, PyString>) -> PyResult<isize> {
-    // SAFETY: an exact str is a `PyASCIIObject` underneath; `hash` is -1 until computed, and only
-    // str's own hash function writes it (a subclass may hash otherwise: hence exact only)
-    unsafe {
-        if ffi::PyUnicode_CheckExact(s.as_ptr()) != 0 {
-            let h = (*(s.as_ptr() as *const ffi::PyASCIIObject)).hash;
-            if h != -1 {
-                return Ok(h);
-            }
+    // SAFETY: checking the type of a live object
+    if unsafe { ffi::PyUnicode_CheckExact(s.as_ptr()) } != 0 {
+        if let Some(h) = cached_str_hash(s) {
+            return Ok(h);
         }
     }
     s.hash()

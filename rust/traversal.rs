@@ -8,6 +8,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple, PyType};
 
 use crate::locator::{rich_eq, str_bytes, Accessor, Arena, Kind, Locator, ROOT};
@@ -456,6 +457,16 @@ impl Memo {
         if !info.proxy {
             return Ok(info);
         }
+        self.proxy_info(py, info, value)
+    }
+
+    #[inline(never)]
+    fn proxy_info(
+        &mut self,
+        py: Python<'_>,
+        info: InfoRef,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<InfoRef> {
         if !value.is_instance(crate::interp::interp(py)?.tensor_type.bind(py))? {
             return Ok(info);
         }
@@ -716,10 +727,21 @@ fn instance_fields(
 
 fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
     match acc {
-        // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
-        Accessor::Str(s) => Ok(unsafe {
-            ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
-        }),
+        Accessor::Str(s) => {
+            // a str whose content hash is known and differs from "cache_position"'s is another
+            // string (the common case: no comparison)
+            static CP_HASH: GILOnceCell<isize> = GILOnceCell::new();
+            let cp = *CP_HASH.get_or_try_init(py, || PyString::new(py, "cache_position").hash())?;
+            if let Some(h) = crate::locator::cached_str_hash(s.bind(py)) {
+                if h != cp {
+                    return Ok(false);
+                }
+            }
+            // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
+            Ok(unsafe {
+                ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
+            })
+        }
         Accessor::Int(_) => Ok(false),
         Accessor::Obj(o) => rich_eq(o.bind(py), &PyString::new(py, "cache_position")),
     }
@@ -845,12 +867,13 @@ fn walk_frames<V: Visitor>(
     on_stack.insert(root_ptr, ROOT);
     let src = open(py, memo, root, info)?;
     arena.may_repeat |= matches!(src, Source::Items(_));
-    let mut stack = vec![Frame {
+    let mut stack = Vec::with_capacity(8);
+    stack.push(Frame {
         src,
         node: ROOT,
         only_tensors: info.only_tensors.unwrap_or(only_tensors),
         ptr: root_ptr,
-    }];
+    });
     // whether the first step of the current path is "cache_position"
     let mut under_cp = false;
     while let Some(frame) = stack.last_mut() {
