@@ -52,13 +52,17 @@ enum Source<'py> {
         FieldList,
         usize,
         Kind,
-        Option<(Bound<'py, PyDict>, Arc<[isize]>)>,
+        Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
     ),
 }
 
 enum FieldList {
-    Shared(Arc<TypeInfo>),
-    Class(Arc<ClassFields>),
+    /// a dataclass's fields
+    Shared(InfoRef),
+    Class(MemoRef<ClassFields>),
+    /// an instance layout the memo holds
+    Layout(MemoRef<[Py<PyString>]>),
+    /// the fields of an instance whose dict is not an exact dict
     Own(Arc<[Py<PyString>]>),
 }
 
@@ -67,8 +71,30 @@ impl FieldList {
         match self {
             FieldList::Shared(t) => t.fields.get(i),
             FieldList::Class(c) => c.names.get(i),
+            FieldList::Layout(v) => v.get(i),
             FieldList::Own(v) => v.get(i),
         }
+    }
+}
+
+/// Something inside an `Arc` the walk's `Memo` holds, read without touching its reference count
+/// (an atomic increment and decrement otherwise, per user-type instance). Within a walk the memo
+/// drops no `Arc` (replaced instance layouts go to `Memo::retired`); it is reset only by
+/// `Memo::take`, before a walk, and outlives the walk's frames, the only holders of these.
+struct MemoRef<T: ?Sized>(*const T);
+
+impl<T: ?Sized> MemoRef<T> {
+    fn of(arc: &Arc<T>) -> MemoRef<T> {
+        MemoRef(Arc::as_ptr(arc))
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for MemoRef<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: see the type's comment
+        unsafe { &*self.0 }
     }
 }
 
@@ -226,10 +252,10 @@ fn same_keys(dict: &Bound<'_, PyDict>, keys: &[Py<PyAny>]) -> bool {
 /// What to walk in one user-type instance.
 struct UserFields<'py> {
     /// the merged class and instance names, when the instance adds any
-    own: Option<Arc<[Py<PyString>]>>,
+    own: Option<FieldList>,
     /// the instance dict and, per field, whether `getattr` would return its entry unchanged
     /// (see [`direct_fields`])
-    direct: Option<(Bound<'py, PyDict>, Arc<[isize]>)>,
+    direct: Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
 }
 
 /// A field `getattr` must read.
@@ -328,6 +354,8 @@ struct Memo {
     proxies: Vec<(usize, Arc<TypeInfo>)>,
     fields: Vec<(usize, Arc<ClassFields>)>,
     instances: Vec<InstanceFields>,
+    /// instance layouts replaced during the current walk (its frames may still read them)
+    retired: Vec<InstanceFields>,
     /// the containers on the current path (empty between walks; kept for its allocation)
     on_stack: OnStack,
 }
@@ -392,6 +420,7 @@ impl Memo {
                 ..Memo::default()
             };
         }
+        m.retired.clear();
         // an instance layout learned in an earlier walk holds while its class is unchanged
         m.instances
             .retain(|e| e.tag != 0 && version_tag(e.class.bind(py)) == e.tag);
@@ -434,15 +463,6 @@ impl Memo {
         };
         self.recent[slot] = (key, Some(r));
         Ok(r)
-    }
-
-    /// The `Arc` behind `info`.
-    fn shared(&self, info: InfoRef) -> PyResult<Arc<TypeInfo>> {
-        self.types
-            .iter()
-            .find(|(_, i)| std::ptr::eq(Arc::as_ptr(i), info.0))
-            .map(|(_, i)| i.clone())
-            .ok_or_else(|| PyRuntimeError::new_err("internal error: a type left the walk's memo"))
     }
 
     /// `info` for a leaf `value`: for types whose instances may forward `__class__`, the
@@ -496,14 +516,15 @@ impl Memo {
         &mut self,
         py: Python<'_>,
         ty: &Bound<'_, PyType>,
-    ) -> PyResult<Arc<ClassFields>> {
+    ) -> PyResult<MemoRef<ClassFields>> {
         let key = ty.as_ptr() as usize;
         if let Some((_, f)) = self.fields.iter().find(|(k, _)| *k == key) {
-            return Ok(f.clone());
+            return Ok(MemoRef::of(f));
         }
         let f = class_fields(py, ty)?;
-        self.fields.push((key, f.clone()));
-        Ok(f)
+        let r = MemoRef::of(&f);
+        self.fields.push((key, f));
+        Ok(r)
     }
 }
 
@@ -540,7 +561,7 @@ impl Memo {
         };
         let Ok(d) = dict.downcast_exact::<PyDict>() else {
             return Ok(UserFields {
-                own: instance_fields(py, &dict, class)?.map(Arc::from),
+                own: instance_fields(py, &dict, class)?.map(|f| FieldList::Own(Arc::from(f))),
                 direct: None,
             });
         };
@@ -551,8 +572,11 @@ impl Memo {
             .find(|e| e.ty == tkey && same_keys(d, &e.keys))
         {
             return Ok(UserFields {
-                own: hit.fields.clone(),
-                direct: hit.direct.clone().map(|ok| (d.clone(), ok)),
+                own: hit
+                    .fields
+                    .as_ref()
+                    .map(|f| FieldList::Layout(MemoRef::of(f))),
+                direct: hit.direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok))),
             });
         }
         let keys: Vec<Py<PyAny>> = d.keys().into_iter().map(|k| k.unbind()).collect();
@@ -562,19 +586,23 @@ impl Memo {
             None => &class.names,
         };
         let direct = direct_fields(py, ty, d, names)?;
-        self.instances.retain(|e| e.ty != tkey);
+        // one layout per type is looked up; the one replaced stays until the walk ends
+        if let Some(i) = self.instances.iter().position(|e| e.ty == tkey) {
+            self.retired.push(self.instances.swap_remove(i));
+        }
+        let found = UserFields {
+            own: fields.as_ref().map(|f| FieldList::Layout(MemoRef::of(f))),
+            direct: direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok))),
+        };
         self.instances.push(InstanceFields {
             ty: tkey,
             class: ty.clone().unbind(),
             tag: version_tag(ty),
             keys,
-            fields: fields.clone(),
-            direct: direct.clone(),
+            fields,
+            direct,
         });
-        Ok(UserFields {
-            own: fields,
-            direct: direct.map(|ok| (d.clone(), ok)),
-        })
+        Ok(found)
     }
 }
 
@@ -604,7 +632,7 @@ fn open<'py>(
         Walk::Mapping => mapping_source(py, obj, &info)?,
         Walk::Dataclass => Source::Fields(
             obj.clone(),
-            FieldList::Shared(memo.shared(info)?),
+            FieldList::Shared(info),
             0,
             Kind::Dataclass,
             None,
@@ -613,10 +641,7 @@ fn open<'py>(
             let ty = obj.get_type();
             let class = memo.class_fields(py, &ty)?;
             let found = memo.instance_fields(py, obj, &ty, &class)?;
-            let fields = match found.own {
-                Some(own) => FieldList::Own(own),
-                None => FieldList::Class(class),
-            };
+            let fields = found.own.unwrap_or(FieldList::Class(class));
             Source::Fields(obj.clone(), fields, 0, Kind::UserType, found.direct)
         }
         Walk::Leaf => unreachable!("leaves are not opened"),
