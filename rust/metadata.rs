@@ -101,6 +101,23 @@ impl Compact {
         Ok(())
     }
 
+    /// Record a tensor whose sizes are `dims[off..]`, just appended.
+    #[inline]
+    fn push_tail(&mut self, node: u32, off: usize, dtype: u16) -> PyResult<()> {
+        let rank = self.dims.len().saturating_sub(off);
+        let off = u32::try_from(off)
+            .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
+        let rank =
+            u16::try_from(rank).map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        self.items.push(Item {
+            node,
+            off,
+            rank,
+            dtype,
+        });
+        Ok(())
+    }
+
     /// New `(Locator, TensorSpec)` pairs for the tensors (Python objects the caller asked for).
     pub fn tensor_pairs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         Ok(self.hand_out(py)?.0)
@@ -494,7 +511,6 @@ struct Builder {
     strict: bool,
     check_cache_position: bool,
     cache_position: Option<Py<PyAny>>,
-    scratch: Vec<i64>,
     dtypes: DtypeMemo,
     /// a tensor with symbolic sizes, or a dtype that is not a torch.dtype, was met
     symbolic: bool,
@@ -521,7 +537,6 @@ impl Visitor for Builder {
             None => ROOT,
         };
         if info.is_tensor {
-            self.scratch.clear();
             if self.c.batch_size == 0.0
                 && value
                     .getattr(pyo3::intern!(py, "ndim"))?
@@ -532,11 +547,14 @@ impl Visitor for Builder {
                     "division by zero",
                 ));
             }
+            // the sizes go straight to the end of the shared pool; a failed read leaves them
+            // there, but then the walk's result is dropped
+            let off = self.c.dims.len();
             let Some(dtype) = read_tensor(
                 py,
                 value,
                 info.fast_tensor,
-                &mut self.scratch,
+                &mut self.c.dims,
                 &mut self.dtypes,
             )?
             else {
@@ -548,9 +566,7 @@ impl Visitor for Builder {
                 self.symbolic = true;
                 return Ok(());
             }
-            let dims = std::mem::take(&mut self.scratch);
-            self.c.push_tensor(node, &dims, dtype)?;
-            self.scratch = dims;
+            self.c.push_tail(node, off, dtype)?;
         } else {
             self.c.others.push((node, value.clone().unbind()));
         }
@@ -603,7 +619,6 @@ pub fn build(
         strict,
         check_cache_position: check_cp,
         cache_position: None,
-        scratch: Vec::with_capacity(8),
         dtypes: DtypeMemo::default(),
         symbolic: false,
     };
