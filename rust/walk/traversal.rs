@@ -10,8 +10,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple, PyType};
 
-use crate::locator::{rich_eq, str_bytes, Accessor, Arena, Kind, Locator, ROOT};
-use crate::registry::{class_fields, type_info, ClassFields, TypeInfo, Walk};
+use super::registry::{class_fields, type_info, ClassFields, TypeInfo, Walk};
+use crate::paths::{rich_eq, str_bytes, Accessor, Arena, Kind, Locator, ROOT};
 
 /// The deepest nesting accepted; deeper structures are rejected with a `ValueError`.
 pub const MAX_DEPTH: usize = 1_000_000;
