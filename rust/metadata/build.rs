@@ -1,4 +1,4 @@
-//! Building a metadata from a walk: the [`Builder`] visitor reads each tensor into compact form,
+//! Building a metadata from a walk: the `Builder` visitor reads each tensor into compact form,
 //! the batch size, and the LLM phase from `cache_position`.
 
 use std::sync::Arc;
