@@ -6,6 +6,11 @@ Modes:
             registrations, ``unpatch_aitune()``;
   stock     a stock AITune with aitune_fast made unimportable: loads the checkpoints ``main`` saved under the patch;
   autowrapt started with ``AUTOWRAPT_BOOTSTRAP=aitune_fast``: is AITune patched after ``import aitune.torch``?
+  early     ``patch_aitune()`` before ``import aitune.torch``;
+  onnx      ONNX Runtime backends (they keep a graph spec in their checkpoint state) tuned stock and patched, each
+            checkpoint loaded stock and patched; the TensorRT backend's state and metadata in assorted containers
+            through AITune's checkpoint file tasks; ``onnx_stock``: a stock AITune loads what ``onnx`` saved patched;
+  weights_only  run with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``: the ``onnx`` checkpoints loaded stock and patched.
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
@@ -16,7 +21,10 @@ import json
 import os
 import sys
 import traceback
+import types
 import warnings
+from collections import OrderedDict
+from pathlib import Path
 
 warnings.filterwarnings("ignore")
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -243,6 +251,284 @@ def jit_run(ait, torch):
     }
 
 
+ONNX_MODELS = ("mlp", "llm")
+
+
+def onnx_on_cpu(torch):
+    """TEST SHIM, NOT AITune: let AITune's ONNX Runtime backend run on the CPU.
+
+    ``ONNXRuntimeBackend`` is CUDA-only in AITune 0.6.0 (``_devices = ["cuda"]``, CUDA execution providers, CUDA
+    IO binding), and these machines have no GPU. The shim replaces only the device list, the execution provider
+    and the inner call (``session.run`` on NumPy arrays); the export, the graph spec the backend keeps, its
+    ``to_dict``/``from_dict`` and its use of the graph spec's locators to map inputs and outputs stay AITune's.
+    Each backend counts its calls in ``_shim_calls``, so a test sees dispatch reach it.
+    """
+    from aitune.torch.backend import ONNXRuntimeBackend
+
+    def _get_execution_providers(self):
+        return ["CPUExecutionProvider"]
+
+    def _infer(self, *args, **kwargs):
+        self._shim_calls = getattr(self, "_shim_calls", 0) + 1
+        inputs = self._prepare_inputs(args, kwargs)
+        feeds = {name: value.detach().cpu().contiguous().numpy() for name, value in inputs.items()}
+        names = [output.name for output in self._session.get_outputs()]
+        outputs = self._session.run(names, feeds)
+        return self._prepare_outputs({n: torch.from_numpy(o) for n, o in zip(names, outputs, strict=True)})
+
+    ONNXRuntimeBackend._devices = ["cpu", "cuda"]
+    ONNXRuntimeBackend._get_execution_providers = _get_execution_providers
+    ONNXRuntimeBackend._infer = _infer
+
+
+def onnx_inputs(torch):
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(5))
+    batch = torch.utils.data.default_collate([llm_sample(torch)] * 3)
+    return {"mlp": ((x,), {}), "llm": ((), batch)}
+
+
+def onnx_tune(ait, torch, tag, workdir):
+    """Tune the MLP and the LLM-like module with ONNX Runtime; save them; outputs and backend facts."""
+    from aitune.torch.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    mlp, llm, _ = models()
+    out = {}
+    specs, modules = {}, {}
+    inputs = onnx_inputs(torch)
+    for name, build in (("mlp", mlp), ("llm", llm)):
+        MODULE_REGISTRY.clear()
+        s = ait.OneBackendStrategy(ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False)))
+        s.enable_performance_validation(False)
+        s.enable_find_max_batch_size(False)
+        m = ait.Module(build(), f"onnx-{name}-{tag}", strategy=s)
+        if name == "mlp":
+            ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+        else:
+            data = ait.DataLoaderFactory([llm_sample(torch)], collate_fn=torch.utils.data.default_collate)
+            ait.tune(lambda m=m, **kw: m(**kw), data, batch_sizes=[1, 2], device="cpu")
+        out[name] = onnx_call(torch, m, *inputs[name])
+        specs[name] = next(iter(m.module.backends.values()))._graph_spec
+        modules[name] = m
+        ait.save(m, os.path.join(workdir, f"onnx-{tag}-{name}.pt"))
+    return out, specs, modules
+
+
+def onnx_call(torch, m, args, kwargs) -> dict:
+    """The output of one call, whether the module's one backend served it, the types in its graph spec."""
+    (key, backend), *others = m.module.backends.items()
+    before = getattr(backend, "_shim_calls", 0)
+    with torch.no_grad():
+        out = m(*args, **kwargs).tolist()
+    spec = backend._graph_spec
+    return {
+        "out": out,
+        "backends": [type(backend).__name__] + [type(b).__name__ for _, b in others],
+        "served": getattr(backend, "_shim_calls", 0) - before,
+        "key_type": type(key).__module__,
+        "spec_types": sorted({type(md).__module__ for md in (spec.input_spec, spec.output_spec)}),
+        "locator_types": sorted({type(loc).__module__ for loc, _ in spec.input_spec.tensor_data}),
+        "input_paths": [loc.path for loc, _ in spec.input_spec.tensor_data][:3],
+        "n_inputs": len(spec.input_spec.tensor_data),
+    }
+
+
+def onnx_load(ait, torch, tag, workdir) -> dict:
+    """Load the ONNX checkpoints `tag` saved into fresh modules, run them once each."""
+    import zipfile
+
+    mlp, llm, _ = models()
+    out = {}
+    inputs = onnx_inputs(torch)
+    for name, build in (("mlp", mlp), ("llm", llm)):
+        path = os.path.join(workdir, f"onnx-{tag}-{name}.pt")
+        try:  # one failed load fails its own test only
+            loaded = ait.load(build(), path)
+            out[name] = onnx_call(torch, loaded, *inputs[name])
+        except Exception:  # noqa: BLE001
+            out[name] = {"error": traceback.format_exc()}
+        with zipfile.ZipFile(os.path.join(path, "state_dict.pt")) as archive:
+            pickled = b"".join(archive.read(n) for n in archive.namelist() if n.endswith("data.pkl"))
+        out[name]["names_aitune_fast"] = b"aitune_fast" in pickled
+    return out
+
+
+def trt_state_save(torch, tag, workdir, graph_spec) -> dict:
+    """TensorRT cannot run here: build the backend its ``to_dict`` sees (AITune's class, holding the graph spec a
+    tuned ONNX Runtime backend recorded) and write its state with AITune's checkpoint file task."""
+    from aitune.torch.backend.tensorrt.tensorrt_backend import TensorRTBackend
+    from aitune.torch.checkpoint.artifact import ArtifactPath
+    from aitune.torch.checkpoint.storage_tasks import TorchSaveTask
+
+    folder = Path(workdir) / f"trt-{tag}"
+    folder.mkdir(exist_ok=True)
+    backend = TensorRTBackend()
+    backend._graph_spec = graph_spec
+    backend._engine_artifact = ArtifactPath(folder, "engine.plan")
+    backend._device = torch.device("cpu")
+    TorchSaveTask().save(folder, {"backend": backend.to_dict()})
+    return graph_spec_facts(graph_spec)
+
+
+def trt_state_load(tag, workdir) -> dict:
+    """The TensorRT backend state `tag` wrote, read back with AITune's checkpoint file task and ``from_dict``."""
+    from aitune.torch.backend.tensorrt.tensorrt_backend import TensorRTBackend
+    from aitune.torch.checkpoint.storage_tasks import TorchLoadTask
+
+    try:
+        state = TorchLoadTask().load(Path(workdir) / f"trt-{tag}")
+        return graph_spec_facts(TensorRTBackend.from_dict(None, state["backend"])._graph_spec)
+    except Exception:  # noqa: BLE001
+        return {"error": traceback.format_exc()}
+
+
+def details_save(torch, tag, workdir) -> dict:
+    """Metadata in the shapes a backend state may hold it: shared, in tuples, an ``OrderedDict``, a list that holds
+    itself, an ``ExactSampleMetadata``, a lone locator and spec; written with AITune's checkpoint file task."""
+    from aitune.torch.checkpoint.storage_tasks import TorchSaveTask
+    from aitune.torch.module.exact_sample_metadata import ExactSampleMetadata
+    from aitune.torch.module.sample_metadata import SampleMetadata
+
+    x = {"a": torch.ones(2, 3), "b": [torch.zeros(4, dtype=torch.int64), 7, "s"], "c": None}
+    md = SampleMetadata.from_inputs({"x": x, "k": 3.5}, strict=True, batch_size=2)
+    exact = ExactSampleMetadata.from_inputs({"x": x})
+    loop = [md]
+    loop.append(loop)
+    state = {"shared": [md, md], "exact": exact, "pair": md.tensor_data[0], "loop": loop, "od": OrderedDict(m=md)}
+    folder = Path(workdir) / f"details-{tag}"
+    folder.mkdir(exist_ok=True)
+    TorchSaveTask().save(folder, state)
+    facts = details_facts(state)
+    # metadata only inside an object that is no plain container (the save finds it while pickling)
+    hidden = {"hidden": types.SimpleNamespace(md=SampleMetadata.from_outputs([torch.ones(2)], strict=True))}
+    folder = Path(workdir) / f"hidden-{tag}"
+    folder.mkdir(exist_ok=True)
+    TorchSaveTask().save(folder, hidden)
+    facts["hidden"] = hidden_facts(hidden)
+    return facts
+
+
+def details_load(tag, workdir) -> dict:
+    from aitune.torch.checkpoint.storage_tasks import TorchLoadTask
+
+    try:
+        facts = details_facts(TorchLoadTask().load(Path(workdir) / f"details-{tag}"))
+        facts["hidden"] = hidden_facts(TorchLoadTask().load(Path(workdir) / f"hidden-{tag}"))
+        return facts
+    except Exception:  # noqa: BLE001
+        return {"error": traceback.format_exc()}
+
+
+def hidden_facts(state) -> dict:
+    from aitune.torch.module.tensor_spec import InfoLevel
+
+    md = state["hidden"].md
+    return {"type": type(md).__module__, "described": md.describe(InfoLevel.FULL)}
+
+
+def details_facts(state) -> dict:
+    from aitune.torch.module.tensor_spec import InfoLevel  # aitune_fast's under the patch
+
+    md, exact = state["shared"][0], state["exact"]
+    loc, spec = state["pair"]
+    return {
+        "types": [type(o).__module__ for o in (md, exact, loc, spec, state["loop"][0])],
+        "exact_is_exact": type(exact).__name__ == "ExactSampleMetadata",
+        "shared": state["shared"][1] is md and state["od"]["m"] is md and state["loop"][0] is md,
+        "loop": state["loop"][1] is state["loop"],
+        "od": type(state["od"]).__name__,
+        "described": [m.describe(InfoLevel.FULL) for m in (md, exact)],
+        "other_data": [(o.path, v) for o, v in md.other_data],
+        "pair": [loc.path, spec.shape, str(spec.dtype)],
+    }
+
+
+def graph_spec_facts(spec) -> dict:
+    from aitune.torch.module.tensor_spec import InfoLevel  # aitune_fast's under the patch
+
+    mds = (spec.input_spec, spec.output_spec)
+    return {
+        "types": sorted({type(md).__module__ for md in mds}),
+        "locator_types": sorted({type(loc).__module__ for md in mds for loc, _ in md.tensor_data}),
+        "described": [md.describe(InfoLevel.FULL) for md in mds],
+        "name": spec.name,
+    }
+
+
+def onnx_mode(workdir):
+    try:
+        import aitune.torch as ait
+        import onnxruntime  # noqa: F401
+        import torch
+    except Exception as exc:  # noqa: BLE001
+        return {"skip": f"import aitune.torch or onnxruntime failed: {exc!r}"}
+    import aitune.torch.checkpoint.storage_tasks as storage_tasks
+    import aitune_fast
+    from aitune.torch.module.tuned_module import TunedModule
+
+    onnx_on_cpu(torch)
+    originals = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
+    results, specs = {}, {}
+    results["stock"], specs["stock"], stock_modules = onnx_tune(ait, torch, "stock", workdir)
+    results["stock_ckpt_stock"] = onnx_load(ait, torch, "stock", workdir)
+    results["trt_stock"] = trt_state_save(torch, "stock", workdir, specs["stock"]["llm"])
+    results["trt_stock_stock"] = trt_state_load("stock", workdir)
+    results["details_stock"] = details_save(torch, "stock", workdir)
+    results["details_stock_stock"] = details_load("stock", workdir)
+    aitune_fast.patch_aitune()
+    # modules tuned before the patch: their graph specs were converted; saved now, a stock AITune loads them
+    for name, module in stock_modules.items():
+        ait.save(module, os.path.join(workdir, f"onnx-restock-{name}.pt"))
+    results["restock_ckpt_patched"] = onnx_load(ait, torch, "restock", workdir)
+    results["patched"], specs["patched"], _ = onnx_tune(ait, torch, "patched", workdir)
+    results["stock_ckpt_patched"] = onnx_load(ait, torch, "stock", workdir)
+    results["patched_ckpt_patched"] = onnx_load(ait, torch, "patched", workdir)
+    results["trt_patched"] = trt_state_save(torch, "patched", workdir, specs["patched"]["llm"])
+    results["trt_stock_patched"] = trt_state_load("stock", workdir)
+    results["trt_patched_patched"] = trt_state_load("patched", workdir)
+    results["details_patched"] = details_save(torch, "patched", workdir)
+    results["details_stock_patched"] = details_load("stock", workdir)
+    results["details_patched_patched"] = details_load("patched", workdir)
+    aitune_fast.unpatch_aitune()
+    restored = (storage_tasks.TorchSaveTask.save, storage_tasks.torch_load_with_custom_types, TunedModule.to_dict)
+    results["functions_restored"] = all(a is b for a, b in zip(originals, restored, strict=True))
+    return results
+
+
+def onnx_stock_mode(workdir):
+    block_aitune_fast()
+    import aitune.torch as ait
+    import torch
+
+    onnx_on_cpu(torch)
+    return {
+        "aitune_fast_importable": "aitune_fast" in sys.modules,
+        "patched_ckpt_stock": onnx_load(ait, torch, "patched", workdir),
+        "restock_ckpt_stock": onnx_load(ait, torch, "restock", workdir),
+        "trt_patched_stock": trt_state_load("patched", workdir),
+        "details_patched_stock": details_load("patched", workdir),
+    }
+
+
+def weights_only_mode(workdir):
+    """Run with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``: torch loads AITune's checkpoints weights-only (AITune's
+    allowlist), stock and patched."""
+    import aitune.torch as ait
+    import aitune_fast
+    import torch
+
+    onnx_on_cpu(torch)
+    results = {
+        "stock_ckpt_stock": onnx_load(ait, torch, "stock", workdir),
+        "trt_stock_stock": trt_state_load("stock", workdir),
+    }
+    aitune_fast.patch_aitune()
+    for tag in ("stock", "patched"):
+        results[f"{tag}_ckpt_patched"] = onnx_load(ait, torch, tag, workdir)
+        results[f"trt_{tag}_patched"] = trt_state_load(tag, workdir)
+    return results
+
+
 def leftovers(objects) -> list[str]:
     """`module.attribute` of every loaded aitune module attribute that is one of `objects`."""
     ids = {id(o) for o in objects}
@@ -416,7 +702,15 @@ def early_mode(workdir):
 if __name__ == "__main__":
     mode, workdir = sys.argv[1], sys.argv[2]
     try:
-        out = {"main": main_mode, "stock": stock_mode, "autowrapt": autowrapt_mode, "early": early_mode}[mode](workdir)
+        out = {
+            "main": main_mode,
+            "stock": stock_mode,
+            "autowrapt": autowrapt_mode,
+            "early": early_mode,
+            "onnx": onnx_mode,
+            "onnx_stock": onnx_stock_mode,
+            "weights_only": weights_only_mode,
+        }[mode](workdir)
     except BaseException:  # noqa: BLE001
         out = {"error": traceback.format_exc()}
     sys.stdout.flush()

@@ -4,7 +4,8 @@ The tuning runs in child processes (``aitune_child.py``): ``import aitune.torch`
 that ``load_reference()`` registers for the other tests, and the patch changes process-wide state. AITune imports
 ``tensorrt`` unconditionally; the children get the stand-in from ``tests/fixtures/tensorrt_stub`` (a test fixture,
 not TensorRT: no TensorRT backend is exercised). TorchInductor AOT is not tested: it fails on the CPU in stock
-AITune too.
+AITune too. AITune's ONNX Runtime backend is CUDA-only; the ``onnx`` children run it on the CPU through a marked
+test shim (``aitune_child.onnx_on_cpu``) that replaces only its device list, execution provider and inner call.
 
 The ``describe()`` tests at the end need no AITune and run in this process.
 """
@@ -151,6 +152,163 @@ def test_patched_checkpoints_load_in_stock_aitune_without_aitune_fast(main_run, 
     # and after unpatch_aitune() in the patching process
     for model in ("mlp", "llm_cp", "llm"):
         assert main_run["patched_ckpt_in_unpatched"][model] == main_run["patched"][model]["out"]
+
+
+@pytest.fixture(scope="module")
+def onnx_run(workdir) -> dict:
+    out = _run_child("onnx", workdir)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def onnx_stock_run(onnx_run, workdir) -> dict:
+    return _run_child("onnx_stock", workdir)
+
+
+ONNX_MODELS = ("mlp", "llm")
+
+
+def _onnx_loaded_as(loaded: dict, tuned: dict, module: str) -> None:
+    """`loaded` (a checkpoint loaded and called once) matches `tuned` and keeps its graph spec in `module`'s
+    classes, and the loaded ONNX Runtime backend served the call."""
+    assert "error" not in loaded, loaded["error"]
+    assert loaded["out"] == tuned["out"]
+    assert loaded["backends"] == ["ONNXRuntimeBackend"]
+    assert loaded["served"] == 1
+    assert loaded["key_type"] == module
+    assert loaded["spec_types"] == [module]
+    assert loaded["locator_types"] == [module.replace("sample_metadata", "locator")]
+    assert loaded["input_paths"] == tuned["input_paths"]
+    assert loaded["n_inputs"] == tuned["n_inputs"]
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_tuning_matches_stock(onnx_run, model):
+    stock, patched = onnx_run["stock"][model], onnx_run["patched"][model]
+    assert patched["out"] == stock["out"]
+    assert stock["served"] == patched["served"] == 1
+    assert stock["spec_types"] == ["aitune.torch.module.sample_metadata"]
+    assert patched["spec_types"] == ["aitune_fast.sample_metadata"]
+    assert patched["input_paths"] == stock["input_paths"]
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_stock_checkpoint_loads_in_stock(onnx_run, model):
+    """The control: a stock checkpoint loaded by a stock AITune."""
+    loaded = onnx_run["stock_ckpt_stock"][model]
+    _onnx_loaded_as(loaded, onnx_run["stock"][model], "aitune.torch.module.sample_metadata")
+    assert loaded["names_aitune_fast"] is False
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_stock_checkpoint_loads_patched(onnx_run, model):
+    """The graph spec a stock ONNX Runtime backend stored (AITune's objects pickled whole) loads as ours."""
+    _onnx_loaded_as(onnx_run["stock_ckpt_patched"][model], onnx_run["stock"][model], "aitune_fast.sample_metadata")
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_patched_checkpoint_loads_patched(onnx_run, model):
+    loaded = onnx_run["patched_ckpt_patched"][model]
+    _onnx_loaded_as(loaded, onnx_run["patched"][model], "aitune_fast.sample_metadata")
+    assert loaded["names_aitune_fast"] is False  # written with AITune's classes, as a stock AITune writes
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_patched_checkpoint_loads_in_stock_aitune_without_aitune_fast(onnx_stock_run, onnx_run, model):
+    assert onnx_stock_run["aitune_fast_importable"] is False
+    loaded = onnx_stock_run["patched_ckpt_stock"][model]
+    _onnx_loaded_as(loaded, onnx_run["patched"][model], "aitune.torch.module.sample_metadata")
+
+
+@pytest.mark.parametrize("model", ONNX_MODELS)
+def test_onnx_module_tuned_before_patch_saves_loadable_both_ways(onnx_stock_run, onnx_run, model):
+    """A module tuned stock, saved under the patch (its graph spec converted to ours at patch time)."""
+    tuned = onnx_run["stock"][model]
+    _onnx_loaded_as(onnx_run["restock_ckpt_patched"][model], tuned, "aitune_fast.sample_metadata")
+    _onnx_loaded_as(onnx_stock_run["restock_ckpt_stock"][model], tuned, "aitune.torch.module.sample_metadata")
+    assert onnx_run["restock_ckpt_patched"][model]["names_aitune_fast"] is False
+
+
+TRT_DIRECTIONS = {
+    "stock->stock": ("trt_stock", "onnx", "trt_stock_stock", "aitune.torch.module"),
+    "stock->patched": ("trt_stock", "onnx", "trt_stock_patched", "aitune_fast"),
+    "patched->patched": ("trt_patched", "onnx", "trt_patched_patched", "aitune_fast"),
+    "patched->stock": ("trt_patched", "onnx_stock", "trt_patched_stock", "aitune.torch.module"),
+}
+
+
+@pytest.mark.parametrize("direction", TRT_DIRECTIONS)
+def test_tensorrt_backend_state_round_trips(onnx_run, onnx_stock_run, direction):
+    """TensorRT cannot run here: its backend state (AITune's TensorRTBackend holding the LLM-like module's graph
+    spec) is written by AITune's checkpoint file task and read back by ``TensorRTBackend.from_dict``."""
+    written, reader, read, package = TRT_DIRECTIONS[direction]
+    before = onnx_run[written]
+    after = (onnx_run if reader == "onnx" else onnx_stock_run)[read]
+    assert "error" not in after, after["error"]
+    assert after["described"] == before["described"]
+    assert after["name"] == before["name"]
+    assert after["types"] == [f"{package}.sample_metadata"]
+    assert after["locator_types"] == [f"{package}.locator"]
+    assert len(before["described"][0].splitlines()) > 50  # the 50 inputs of the LLM-like module
+
+
+DETAIL_DIRECTIONS = {
+    "stock->stock": ("details_stock", "onnx", "details_stock_stock", "aitune.torch.module"),
+    "stock->patched": ("details_stock", "onnx", "details_stock_patched", "aitune_fast"),
+    "patched->patched": ("details_patched", "onnx", "details_patched_patched", "aitune_fast"),
+    "patched->stock": ("details_patched", "onnx_stock", "details_patched_stock", "aitune.torch.module"),
+}
+
+
+@pytest.mark.parametrize("direction", DETAIL_DIRECTIONS)
+def test_checkpoint_metadata_in_any_container_round_trips(onnx_run, onnx_stock_run, direction):
+    """Shared metadata stays shared (and a list holding itself holds itself), tuples, OrderedDicts,
+    ExactSampleMetadata, lone locators and specs, and other_data values come back equal in either package."""
+    written, reader, read, package = DETAIL_DIRECTIONS[direction]
+    before = onnx_run[written]
+    after = (onnx_run if reader == "onnx" else onnx_stock_run)[read]
+    assert "error" not in after, after["error"]
+    names = ("sample_metadata", "exact_sample_metadata", "locator", "tensor_spec", "sample_metadata")
+    assert after["types"] == [f"{package}.{name}" for name in names]
+    assert after["exact_is_exact"] and after["shared"] and after["loop"]
+    assert after["od"] == "OrderedDict"
+    for field in ("described", "other_data", "pair"):
+        assert after[field] == before[field]
+    # metadata inside an object that is no plain container: written as AITune's in any case; a patched read
+    # converts plain containers only (AITune 0.6.0 keeps metadata nowhere else), so this one stays AITune's
+    assert after["hidden"]["described"] == before["hidden"]["described"]
+    if direction.endswith("->stock"):
+        assert after["hidden"]["type"] == "aitune.torch.module.sample_metadata"
+
+
+@pytest.fixture(scope="module")
+def weights_only_run(onnx_run, workdir) -> dict:
+    return _run_child("weights_only", workdir, TORCH_FORCE_WEIGHTS_ONLY_LOAD="1")
+
+
+@pytest.mark.parametrize("written", ["stock", "patched"])
+def test_weights_only_loading_of_checkpoints(onnx_run, weights_only_run, written):
+    """With TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 torch loads weights-only whatever AITune asks, with AITune's allowlist
+    of classes; it refuses a pickle module, so the patched load takes AITune's own loader with AITune's classes
+    allowed under their names. The stock load is the control."""
+    out = weights_only_run
+    fast, stock = "aitune_fast.sample_metadata", "aitune.torch.module.sample_metadata"
+    for model in ONNX_MODELS:
+        _onnx_loaded_as(out["stock_ckpt_stock"][model], onnx_run["stock"][model], stock)
+        _onnx_loaded_as(out[f"{written}_ckpt_patched"][model], onnx_run[written][model], fast)
+    for key in ("trt_stock_stock", f"trt_{written}_patched"):
+        assert "error" not in out[key], out[key]["error"]
+        assert (
+            out[key]["described"] == onnx_run[f"trt_{written}" if key.endswith("patched") else "trt_stock"]["described"]
+        )
+    assert out[f"trt_{written}_patched"]["types"] == [fast]
+
+
+def test_unpatch_restores_checkpoint_functions(onnx_run):
+    """TorchSaveTask.save, torch_load_with_custom_types and TunedModule.to_dict are AITune's own again."""
+    assert onnx_run["functions_restored"] is True
 
 
 def test_autowrapt_bootstrap_patches_aitune(main_run, workdir):

@@ -12,9 +12,14 @@ module holding them under any name), and in every ``aitune`` module imported lat
   aitune_fast's registry; ``unpatch_aitune()`` hands back the changes made while patched;
 * converts the backend keys (and recorded graph specs) of modules tuned or recorded before the patch, so they
   keep dispatching; ``unpatch_aitune()`` converts them back;
-* makes ``TunedModule.to_dict()`` (what ``aitune.torch.save`` writes) store metadata in the reference's pickled
-  layout, so a stock AITune without aitune_fast loads the checkpoint. Loading reads both layouts; the
-  reference's pickled bytes go through aitune_fast's restricted reader (``_legacy``), which runs nothing.
+* makes checkpoints written by ``aitune.torch.save`` hold what a stock AITune writes, so a stock AITune without
+  aitune_fast loads them: ``TunedModule.to_dict()`` stores each backend key in the reference's pickled layout, and
+  the checkpoint file is pickled with AITune's own classes in place of aitune_fast's metadata, locators and specs
+  wherever backends put them in their state (the graph specs of the ONNX Runtime and TensorRT backends);
+* makes ``aitune.torch.load`` accept both: the checkpoint's AITune classes are rebuilt as AITune's objects and then
+  converted to aitune_fast's. The reference's pickled key bytes go through aitune_fast's restricted reader
+  (``_legacy``), which runs nothing; the checkpoint file itself is read as AITune reads it (``torch.load`` with
+  ``weights_only=False``), with nothing more admitted than AITune admits.
 
 ``AUTOWRAPT_BOOTSTRAP=aitune_fast`` patches AITune as soon as ``aitune.torch`` is imported (an entry point in
 the ``aitune_fast`` group, the convention AITune's own ``aitune_enable_jit_tuning`` uses).
@@ -26,9 +31,14 @@ import gc
 import importlib.abc
 import importlib.util
 import io
+import logging
+import os
 import pickle
 import sys
 import threading
+import types
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import aitune_fast
@@ -58,6 +68,9 @@ _OURS: dict[str, Any] = {
 _GLOBAL_CONTEXT_MODULE = "aitune.global_context"
 _CONFIG_MODULE = "aitune.torch.config"
 _TUNED_MODULE = "aitune.torch.module.tuned_module"
+_STORAGE_TASKS = "aitune.torch.checkpoint.storage_tasks"
+
+_logger = logging.getLogger(__name__)
 
 
 class _State:
@@ -69,10 +82,11 @@ class _State:
         self.reference: dict[str, Any] = {}  # name -> AITune's object
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(AITune's object) -> (it, ours)
         self.swapped: list[tuple[Any, str, Any]] = []  # (module, attribute, AITune's object)
+        self.swapped_names: dict[tuple[str, str], Any] = {}  # (module name, attribute) -> AITune's object
         self.seen: dict[str, Any] = {}  # module name -> the module object already swapped
         self.finder: _Finder | None = None
         self.registry_at_patch: tuple[dict[type, bool], set[type]] | None = None
-        self.to_dict_wrapped: tuple[type, Any] | None = None
+        self.replaced: dict[str, tuple[Any, str, Any]] = {}  # what -> (owner, attribute, AITune's function)
 
 
 _state = _State()
@@ -127,9 +141,8 @@ def _unpatch_locked() -> None:
         sys.meta_path.remove(finder)
     for module, attribute, original in reversed(_state.swapped):
         setattr(module, attribute, original)
-    if _state.to_dict_wrapped is not None:
-        cls, original = _state.to_dict_wrapped
-        cls.to_dict = original
+    for owner, attribute, original in reversed(list(_state.replaced.values())):
+        setattr(owner, attribute, original)
     _gc_module._source[0] = _gc_module.global_context
     _config._source[0] = _config.config
     _registry_back()
@@ -175,12 +188,15 @@ def _on_loaded(module: Any) -> None:
         if pair is not None and pair[0] is value:
             setattr(module, attribute, pair[1])
             _state.swapped.append((module, attribute, value))
+            _state.swapped_names[(name, attribute)] = value
     if name == _GLOBAL_CONTEXT_MODULE and hasattr(module, "global_context"):
         _gc_module._source[0] = module.global_context
     elif name == _CONFIG_MODULE and hasattr(module, "config"):
         _config._source[0] = module.config
     elif name == _TUNED_MODULE and hasattr(module, "TunedModule"):
         _wrap_to_dict(module.TunedModule)
+    elif name == _STORAGE_TASKS:
+        _wrap_checkpoint_files(module)
 
 
 class _Loader(importlib.abc.Loader):
@@ -286,24 +302,29 @@ def _our_spec(spec: Any) -> Any:
     )
 
 
+def _reference_locator(loc: Any) -> Any:
+    """AITune's ``Locator`` equal to our `loc`."""
+    reference = _state.reference
+    kind = reference["ObjectType"]
+    steps, is_output = loc.__reduce__()[1]
+    return reference["Locator"](
+        tuple((accessor, kind(int(step_kind))) for accessor, step_kind in steps), bool(is_output)
+    )
+
+
+def _reference_spec(spec: Any) -> Any:
+    """AITune's ``TensorSpec`` equal to our `spec`."""
+    return _state.reference["TensorSpec"](
+        list(spec.shape), list(spec.min_shape), list(spec.max_shape), spec.dtype, list(spec._bs_multipliers)
+    )
+
+
 def _reference_parts(md: Any) -> tuple[list, list, bool, Any]:
     """AITune objects equal to our `md`'s content: (tensor_data, other_data, strict, llm_phase)."""
-    reference = _state.reference
-    locator, kind, spec_cls = reference["Locator"], reference["ObjectType"], reference["TensorSpec"]
     # __reduce__ gives fresh (Locator, TensorSpec) pairs without building md's Python view
     tensors, others, strict, phase = md.__reduce__()[1]
-
-    def ref_locator(loc: Any) -> Any:
-        steps, is_output = loc.__reduce__()[1]
-        return locator(tuple((accessor, kind(int(step_kind))) for accessor, step_kind in steps), bool(is_output))
-
-    def ref_spec(spec: Any) -> Any:
-        return spec_cls(
-            list(spec.shape), list(spec.min_shape), list(spec.max_shape), spec.dtype, list(spec._bs_multipliers)
-        )
-
-    ref_tensors = [(ref_locator(loc), ref_spec(spec)) for loc, spec in tensors]
-    ref_others = [(ref_locator(loc), value) for loc, value in others]
+    ref_tensors = [(_reference_locator(loc), _reference_spec(spec)) for loc, spec in tensors]
+    ref_others = [(_reference_locator(loc), value) for loc, value in others]
     return ref_tensors, ref_others, bool(strict), phase
 
 
@@ -370,10 +391,21 @@ def _convert_live_objects(to_ours: bool) -> None:
 # ---------------------------------------------------------------------------------------------- checkpoints
 
 
+def _replace(key: str, owner: Any, attribute: str, replacement: Any) -> None:
+    """Put `replacement` at `owner.attribute` until unpatch (which puts AITune's function back)."""
+    original = vars(owner).get(attribute)
+    if original is None or key in _state.replaced:
+        return
+    replacement.__doc__ = getattr(original, "__doc__", None)
+    replacement.__wrapped__ = original
+    setattr(owner, attribute, replacement)
+    _state.replaced[key] = (owner, attribute, original)
+
+
 def _wrap_to_dict(tuned_module: type) -> None:
-    """``TunedModule.to_dict`` stores each metadata in the reference's layout (stock AITune reads it)."""
-    original = tuned_module.__dict__.get("to_dict")
-    if original is None or _state.to_dict_wrapped is not None:
+    """``TunedModule.to_dict`` stores each backend key in the reference's layout (stock AITune reads it)."""
+    original = vars(tuned_module).get("to_dict")
+    if original is None:
         return
     key = getattr(tuned_module, "BACKENDS_KEY", "backends")
 
@@ -388,10 +420,80 @@ def _wrap_to_dict(tuned_module: type) -> None:
             ]
         return state
 
-    to_dict.__doc__ = original.__doc__
-    to_dict.__wrapped__ = original  # type: ignore[attr-defined]
-    tuned_module.to_dict = to_dict
-    _state.to_dict_wrapped = (tuned_module, original)
+    _replace("TunedModule.to_dict", tuned_module, "to_dict", to_dict)
+
+
+def _wrap_checkpoint_files(storage_tasks: Any) -> None:
+    """The checkpoint file: written with AITune's classes in place of ours, read back into ours.
+
+    AITune's backends put metadata into their own state (``GraphSpec.to_dict()`` holds the ``SampleMetadata``
+    objects themselves), and ``TorchSaveTask`` pickles the whole state with ``torch.save``. A plain pickler cannot
+    name AITune's classes while the patch has put ours in their place, so the save runs ``torch.save`` with
+    :data:`_checkpoint_pickle`, whose pickler writes AITune's objects wherever ours are; the load runs
+    ``torch.load`` as AITune does, with an unpickler that gives AITune's classes for their names, and converts
+    what it built into ours.
+    """
+    save_task = getattr(storage_tasks, "TorchSaveTask", None)
+    file_name = getattr(storage_tasks, "STATE_DICT_FILE", None)
+    if isinstance(save_task, type) and isinstance(file_name, str):
+
+        def save(self: Any, path: Path, state_dict: dict) -> None:
+            import torch
+
+            file_path = Path(path) / file_name
+            written = False
+            if not _holds_metadata(state_dict):
+                try:  # the C pickler, as nothing seen needs AITune's names (keys are bytes by now)
+                    torch.save(state_dict, file_path, pickle_module=_probe_pickle)
+                    written = True
+                except _NeedsReferenceNames:  # metadata inside some object: write it again, naming AITune's classes
+                    pass
+            if not written:
+                torch.save(state_dict, file_path, pickle_module=_checkpoint_pickle)
+            _logger.info("State dict saved to %s (%d bytes, AITune's metadata layout)", file_path, _size(file_path))
+
+        _replace("TorchSaveTask.save", save_task, "save", save)
+
+    original_load = vars(storage_tasks).get("torch_load_with_custom_types")
+
+    def load(path: Path) -> dict:
+        import torch
+
+        if os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes", "true"):
+            # torch then loads weights-only whatever the caller asks, and refuses a pickle module: AITune's own
+            # loader, with AITune's classes also allowed under their names (which now name ours)
+            reference = [_state.reference[n] for n in _CONVERTED if n in _state.reference]
+            with torch.serialization.safe_globals(reference):
+                state = original_load(path)
+        else:
+            # AITune reads checkpoints with weights_only=False (backends store their own objects); so does this,
+            # with the same unpickler apart from find_class
+            state = torch.load(path, weights_only=False, pickle_module=_checkpoint_pickle)
+        return _ours_in(state, _reference_types(), {}, set())
+
+    _replace("torch_load_with_custom_types", storage_tasks, "torch_load_with_custom_types", load)
+
+
+def _holds_metadata(state: Any) -> bool:
+    """Whether plain containers (dicts, lists, tuples) in `state` hold our or AITune's metadata, locators, specs."""
+    kinds = {id(t) for t in _OUR_TYPES} | _reference_types()
+    stack, seen = [state], set()
+    while stack:
+        value = stack.pop()
+        cls = type(value)
+        if id(cls) in kinds:
+            return True
+        if (cls is dict or cls is OrderedDict or cls is list or cls is tuple) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(value.values() if isinstance(value, dict) else value)
+    return False
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def reference_dict(md: Any) -> dict[str, Any]:
@@ -412,31 +514,163 @@ def reference_dict(md: Any) -> dict[str, Any]:
 
 
 def _dumps(value: Any) -> bytes:
-    names = {}
-    for attribute in ("Locator", "ObjectType", "TensorSpec"):
-        obj = _state.reference[attribute]
-        names[id(obj)] = (obj, obj.__module__, obj.__qualname__)
     buffer = io.BytesIO()
-    _ReferencePickler(buffer, names).dump(value)
+    _ReferencePickler(buffer, protocol=4).dump(value)
     return buffer.getvalue()
 
 
-class _ReferencePickler(pickle._Pickler):  # type: ignore[name-defined]
-    """A pickler that names AITune's classes by their home even while the patch has put ours there."""
+def _reference_names() -> dict[int, tuple[Any, str, str]]:
+    """id(AITune's class) -> (it, module, qualname): how a stock AITune names it."""
+    names = {}
+    for obj in _state.reference.values():
+        if isinstance(obj, type):
+            names[id(obj)] = (obj, obj.__module__, obj.__qualname__)
+    return names
 
-    def __init__(self, file: Any, names: dict[int, tuple[Any, str, str]]) -> None:
-        super().__init__(file, protocol=4)
-        self._names = names
+
+def _reference_object(obj: Any) -> Any:
+    """AITune's object equal to our metadata, locator, spec or object type `obj`."""
+    if isinstance(obj, aitune_fast.SampleMetadata):
+        return _reference_of(obj)
+    if isinstance(obj, aitune_fast.Locator):
+        return _reference_locator(obj)
+    if isinstance(obj, aitune_fast.TensorSpec):
+        return _reference_spec(obj)
+    return _state.reference["ObjectType"](int(obj))
+
+
+def _our_object(obj: Any) -> Any:
+    """Our object equal to AITune's metadata, locator, spec or object type `obj`."""
+    reference = _state.reference
+    cls = type(obj)
+    if cls is reference.get("Locator"):
+        return _our_locator(obj)
+    if cls is reference.get("TensorSpec"):
+        return _our_spec(obj)
+    if cls is reference.get("ObjectType"):
+        return aitune_fast.ObjectType(int(obj))
+    return _ours_of(obj)
+
+
+_OUR_TYPES = (
+    aitune_fast.SampleMetadata,
+    aitune_fast.ExactSampleMetadata,
+    aitune_fast.Locator,
+    aitune_fast.TensorSpec,
+    aitune_fast.ObjectType,
+)
+
+
+class _ReferencePickler(pickle._Pickler):  # type: ignore[name-defined]
+    """A pickler that names AITune's classes by their home even while the patch has put ours there, and writes
+    AITune's equal object in place of each of our metadata, locators, specs and object types.
+
+    The pure-Python pickler: the C one cannot be told how to name a class.
+    """
+
+    def __init__(self, file: Any, protocol: int | None = None, **kwargs: Any) -> None:
+        super().__init__(file, protocol, **kwargs)
+        self._names = _reference_names()
+        complete = all(n in _state.reference for n in ("SampleMetadata", "Locator", "ObjectType", "TensorSpec"))
+        self._ours = _OUR_TYPES if complete else ()
+        self._converted: dict[int, tuple[Any, Any]] = {}  # id(ours) -> (ours, AITune's): shared stays shared
+
+    def save(self, obj: Any, save_persistent_id: bool = True) -> None:
+        if type(obj) in self._ours:
+            done = self._converted.get(id(obj))
+            if done is None:
+                done = self._converted[id(obj)] = (obj, _reference_object(obj))
+            obj = done[1]
+        super().save(obj, save_persistent_id)
 
     def save_global(self, obj: Any, name: Any = None) -> None:
         entry = self._names.get(id(obj))
         if entry is None or entry[0] is not obj:
             return super().save_global(obj, name)
         _, module, qualname = entry
-        self.save(module)
-        self.save(qualname)
-        self.write(pickle.STACK_GLOBAL)
+        if self.proto >= 4:
+            self.save(module)
+            self.save(qualname)
+            self.write(pickle.STACK_GLOBAL)
+        else:
+            self.write(pickle.GLOBAL + module.encode("utf-8") + b"\n" + qualname.encode("utf-8") + b"\n")
         self.memoize(obj)
+
+
+class _NeedsReferenceNames(Exception):
+    """Raised by :class:`_ProbePickler` at the first object only :class:`_ReferencePickler` can write."""
+
+
+class _ProbePickler(pickle.Pickler):
+    """The C pickler, stopped at the first of our metadata, locators, specs or object types, or of AITune's
+    classes or their instances (the C pickler cannot name those while the patch is on)."""
+
+    def __init__(self, file: Any, protocol: int | None = None, **kwargs: Any) -> None:
+        super().__init__(file, protocol, **kwargs)
+        self._refused = {id(t) for t in _OUR_TYPES} | set(_reference_names())
+
+    def reducer_override(self, obj: Any) -> Any:  # the C pickler calls this for objects of non-builtin types only
+        if id(type(obj)) in self._refused or id(obj) in self._refused:
+            raise _NeedsReferenceNames(type(obj).__name__)
+        return NotImplemented
+
+
+class _ReferenceUnpickler(pickle.Unpickler):
+    """The standard unpickler, except that the names the patch swapped give AITune's own objects back."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        original = _state.swapped_names.get((module, name))
+        if original is not None:
+            return original
+        return super().find_class(module, name)
+
+
+def _ours_in(value: Any, kinds: set[int], memo: dict[int, tuple[Any, Any]], seen: set[int]) -> Any:
+    """`value` with AITune's metadata, locators, specs and object types in plain containers replaced by ours.
+
+    Dicts (and ``OrderedDict``) and lists change in place, tuples are rebuilt when something in them changed;
+    other objects are left alone (as AITune's checkpoint code treats collection subclasses).
+    """
+    cls = type(value)
+    if cls is dict or cls is OrderedDict or cls is list:
+        if id(value) in seen:
+            return value
+        seen.add(id(value))
+        items = value.items() if cls is not list else enumerate(value)
+        for key, item in list(items):
+            new = _ours_in(item, kinds, memo, seen)
+            if new is not item:
+                value[key] = new
+        return value
+    if cls is tuple:
+        new_items = tuple(_ours_in(item, kinds, memo, seen) for item in value)
+        return new_items if any(a is not b for a, b in zip(new_items, value, strict=True)) else value
+    if id(cls) in kinds:
+        done = memo.get(id(value))
+        if done is None:
+            done = memo[id(value)] = (value, _our_object(value))
+        return done[1]
+    return value
+
+
+_CONVERTED = ("SampleMetadata", "ExactSampleMetadata", "Locator", "TensorSpec", "ObjectType")
+
+
+def _reference_types() -> set[int]:
+    """ids of AITune's classes that :func:`_ours_in` converts (held in ``_state.reference``, so ids stay valid)."""
+    reference = _state.reference
+    return {id(reference[name]) for name in _CONVERTED if name in reference}
+
+
+# what torch.save/torch.load get as `pickle_module` for AITune's checkpoint file under the patch
+_checkpoint_pickle = types.ModuleType("aitune_fast.patch._checkpoint_pickle")
+_checkpoint_pickle.Pickler = _ReferencePickler  # type: ignore[attr-defined]
+_checkpoint_pickle.Unpickler = _ReferenceUnpickler  # type: ignore[attr-defined]
+_checkpoint_pickle.load = pickle.load  # type: ignore[attr-defined]  # torch's legacy format only
+_checkpoint_pickle.dump = pickle.dump  # type: ignore[attr-defined]
+_probe_pickle = types.ModuleType("aitune_fast.patch._probe_pickle")
+_probe_pickle.Pickler = _ProbePickler  # type: ignore[attr-defined]
+_probe_pickle.dump = pickle.dump  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------- autowrapt

@@ -7,13 +7,14 @@ def patch_aitune() -> None:
     ``ExactSampleMetadata``, ``TensorSpec``, ``Locator``, ``InfoLevel``, ``ObjectType`` and ``batch_tensor``.
 
     Also: the core reads AITune's ``global_context`` and ``config``; AITune's ``Locator`` registrations carry
-    over; live tuned modules' backend keys are converted; ``aitune.torch.save`` writes AITune's pickled
-    metadata layout. Idempotent. ImportError when ``aitune`` is not installed.
+    over; live tuned modules' backend keys are converted; ``aitune.torch.save`` writes what a stock AITune writes
+    (AITune's pickled key layout, AITune's own metadata objects in backends' graph specs) and ``aitune.torch.load``
+    reads both into aitune_fast's objects. Idempotent. ImportError when ``aitune`` is not installed.
     """
 
 def unpatch_aitune() -> None:
-    """Restore stock AITune exactly: its objects everywhere, its registry updated with the registrations
-    made while patched, live backend keys converted back. Idempotent."""
+    """Restore stock AITune exactly: its objects and checkpoint functions everywhere, its registry updated with the
+    registrations made while patched, live backend keys converted back. Idempotent."""
 
 def is_aitune_patched() -> bool:
     """Whether ``patch_aitune()`` is in effect."""
