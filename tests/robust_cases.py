@@ -276,6 +276,47 @@ def endless() -> dict:
     }
 
 
+class LayoutNode:
+    """A registered user type whose instances each have their own attribute names."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def nested_layouts() -> dict:
+    """A user-type instance nesting instances of its own type laid out otherwise: the walk keeps one layout per
+    type for lookups, and the outer instance's layout must stay readable while its inner ones replace it."""
+    import torch
+
+    R, F = ref(), fast()
+    for impl in (R.locator.Locator, F.Locator):
+        impl.register_user_type(LayoutNode)
+
+    def nest(depth):
+        if depth == 0:
+            return LayoutNode(leaf=torch.zeros(1))
+        names = [f"f{depth}_{i}" for i in range(8)]
+        fields = {name: i for i, name in enumerate(names)}
+        fields[names[3]] = nest(depth - 1)
+        return LayoutNode(**fields)
+
+    def paths(impl, obj):
+        return [
+            (str(loc), repr(value) if not isinstance(value, torch.Tensor) else "tensor")
+            for loc, value in impl.find_leaves(obj)
+        ]
+
+    try:
+        rounds = []
+        for _ in range(3):
+            obj = {"root": nest(6), "again": nest(3)}
+            rounds.append(paths(F.Locator, obj) == paths(R.locator.Locator, obj))
+        return {"same": rounds, "n": len(paths(F.Locator, obj))}
+    finally:
+        for impl in (R.locator.Locator, F.Locator):
+            impl.unregister_user_type(LayoutNode)
+
+
 def shared_references() -> dict:
     """Shared, acyclic references (the same tensor, list, dataclass or user object in several places) describe
     exactly as in the reference."""

@@ -615,6 +615,45 @@ def test_registered_user_type_fields_read_through_descriptors_and_getattribute(r
         assert found["i[1].plain"] == "intercepted"
 
 
+def test_registered_user_type_changed_between_walks_is_read_as_changed(ref, fast, registry):
+    # each thread keeps what it learned of a type's instance layout from walk to walk: a change to
+    # the class (here a property now shadowing an instance attribute) must be seen by the next walk
+    class Changing:
+        def __init__(self):
+            self.value = torch.zeros(1)
+            self.other = 1
+
+    registry.register(Changing)
+    obj = {"c": Changing()}
+    for _ in range(2):
+        assert_same_leaves(ref, fast, obj)
+    Changing.value = property(lambda self: "from the property")
+    assert_same_leaves(ref, fast, obj)
+    found = {str(loc): value for loc, value in fast.locator.Locator.find_leaves(obj)}
+    assert found["c.value"] == "from the property"
+
+
+def test_registered_user_type_instances_with_the_same_keys_at_other_dict_positions(ref, fast, registry):
+    # the walk remembers where the first instance's dict held each field and checks the key found
+    # there for later instances: a dict with a deleted entry holds the same keys at other positions
+    class Two:
+        def __init__(self, a, b):
+            self.a = a
+            self.b = b
+
+    registry.register(Two)
+    first = Two("a0", "b0")
+    moved = Two(None, None)
+    holes = {"gone": 0, "a": "a1", "b": "b1"}
+    del holes["gone"]
+    moved.__dict__ = holes
+    for _ in range(2):
+        obj = [first, moved, Two("a2", "b2")]
+        assert_same_leaves(ref, fast, obj)
+        found = {str(loc): value for loc, value in fast.locator.Locator.find_leaves(obj)}
+        assert found == {"[0].a": "a0", "[0].b": "b0", "[1].a": "a1", "[1].b": "b1", "[2].a": "a2", "[2].b": "b2"}
+
+
 def test_unregistered_user_type_is_a_single_leaf(ref, fast):
     obj = {"r": Rich(torch.zeros(1))}
     snap = assert_same_leaves(ref, fast, obj)

@@ -580,6 +580,17 @@ def test_cache_position_phase_comes_from_the_last_leaf_under_the_cache_position_
     assert ref_md.llm_phase == "decode"
 
 
+def test_cache_position_key_built_at_run_time_sets_the_phase(ref, fast):
+    # the core skips the comparison for keys whose cached hash differs from "cache_position"'s: a
+    # key equal to it but not the interned literal (its hash cached by the dict) still counts
+    def build():
+        key = "".join(["cache_", "position"])
+        return {"input_ids": t((1, 2)), key: torch.tensor([0]), "cache_positiom": torch.tensor([3])}
+
+    ref_md, _ = assert_same_md(ref, fast, build)
+    assert ref_md.llm_phase == "prefill"
+
+
 def test_cache_position_as_a_dataclass_field_of_the_root_sets_the_phase(ref, fast):
     ref_md, _ = assert_same_md(ref, fast, lambda: Step(input_ids=t((1, 2)), cache_position=torch.tensor([2])))
     assert ref_md.llm_phase == "decode"

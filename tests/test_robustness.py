@@ -65,6 +65,13 @@ def test_shared_references_that_are_not_cycles_describe_as_in_the_reference():
         assert r["n_tensors"][0] == r["n_tensors"][1] == 17
 
 
+def test_user_type_nesting_itself_with_other_layouts_walks_as_the_reference():
+    """Inner instances of a registered type, laid out otherwise, replace the layout the walk looks up while the
+    outer instance still reads its own: the walk keeps the outer one alive (a crash otherwise)."""
+    r = run_child("robust_cases", "nested_layouts", timeout=120)
+    assert r == {"same": [True, True, True], "n": 7 * 6 + 1 + 7 * 3 + 1}
+
+
 # ============================================================================================== depth
 
 

@@ -21,7 +21,6 @@ struct Builder {
     strict: bool,
     check_cache_position: bool,
     cache_position: Option<Py<PyAny>>,
-    scratch: Vec<i64>,
     dtypes: DtypeMemo,
     /// a tensor with symbolic sizes, or a dtype that is not a torch.dtype, was met
     symbolic: bool,
@@ -48,7 +47,6 @@ impl Visitor for Builder {
             None => ROOT,
         };
         if info.is_tensor {
-            self.scratch.clear();
             if self.c.batch_size == 0.0
                 && value
                     .getattr(pyo3::intern!(py, "ndim"))?
@@ -59,11 +57,14 @@ impl Visitor for Builder {
                     "division by zero",
                 ));
             }
+            // the sizes go straight to the end of the shared pool; a failed read leaves them
+            // there, but then the walk's result is dropped
+            let off = self.c.dims.len();
             let Some(dtype) = read_tensor(
                 py,
                 value,
                 info.fast_tensor,
-                &mut self.scratch,
+                &mut self.c.dims,
                 &mut self.dtypes,
             )?
             else {
@@ -75,9 +76,7 @@ impl Visitor for Builder {
                 self.symbolic = true;
                 return Ok(());
             }
-            let dims = std::mem::take(&mut self.scratch);
-            self.c.push_tensor(node, &dims, dtype)?;
-            self.scratch = dims;
+            self.c.push_tail(node, off, dtype)?;
         } else {
             self.c.others.push((node, value.clone().unbind()));
         }
@@ -130,7 +129,6 @@ pub fn build(
         strict,
         check_cache_position: check_cp,
         cache_position: None,
-        scratch: Vec::with_capacity(8),
         dtypes: DtypeMemo::default(),
         symbolic: false,
     };

@@ -87,6 +87,23 @@ impl Compact {
         Ok(())
     }
 
+    /// Record a tensor whose sizes are `dims[off..]`, just appended.
+    #[inline]
+    pub(super) fn push_tail(&mut self, node: u32, off: usize, dtype: u16) -> PyResult<()> {
+        let rank = self.dims.len().saturating_sub(off);
+        let off = u32::try_from(off)
+            .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
+        let rank =
+            u16::try_from(rank).map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        self.items.push(Item {
+            node,
+            off,
+            rank,
+            dtype,
+        });
+        Ok(())
+    }
+
     /// New `(Locator, TensorSpec)` pairs for the tensors (Python objects the caller asked for).
     pub fn tensor_pairs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         Ok(self.hand_out(py)?.0)

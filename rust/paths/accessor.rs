@@ -77,7 +77,7 @@ impl Accessor {
     pub fn py_hash(&self, py: Python<'_>) -> PyResult<isize> {
         match self {
             Accessor::Int(v) => Ok(py_int_hash(*v)),
-            Accessor::Str(s) => s.bind(py).hash(),
+            Accessor::Str(s) => str_hash(s.bind(py)),
             Accessor::Obj(o) => o.bind(py).hash(),
         }
     }
@@ -146,6 +146,29 @@ pub fn py_int_hash(v: i64) -> isize {
 }
 
 const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The hash of `s`'s content, when str's own hash function has computed it (any `str`, subclasses
+/// too: the field is only ever written by str's hash of the content), without calling anything.
+#[inline]
+pub fn cached_str_hash(s: &Bound<'_, PyString>) -> Option<isize> {
+    // SAFETY: every str (subclass instances too) is a `PyASCIIObject` underneath; `hash` is -1
+    // until computed
+    let h = unsafe { (*(s.as_ptr() as *const ffi::PyASCIIObject)).hash };
+    (h != -1).then_some(h)
+}
+
+/// `hash(s)`: an exact `str`'s cached hash when it has one (no call), else Python's (a subclass may
+/// define its own `__hash__`).
+#[inline]
+pub fn str_hash(s: &Bound<'_, PyString>) -> PyResult<isize> {
+    // SAFETY: checking the type of a live object
+    if unsafe { ffi::PyUnicode_CheckExact(s.as_ptr()) } != 0 {
+        if let Some(h) = cached_str_hash(s) {
+            return Ok(h);
+        }
+    }
+    s.hash()
+}
 
 #[inline]
 pub fn mix(a: u64, b: u64) -> u64 {

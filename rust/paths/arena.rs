@@ -81,6 +81,7 @@ impl Arena {
     }
 
     /// Append a step below `parent`, given the accessor's Python hash.
+    #[inline]
     pub fn push_hashed(
         &mut self,
         parent: u32,
@@ -104,6 +105,7 @@ impl Arena {
         Ok(id)
     }
 
+    #[inline]
     pub fn push(
         &mut self,
         py: Python<'_>,

@@ -19,7 +19,7 @@ mod arena;
 mod locator;
 mod text;
 
-pub use accessor::{mix, py_int_hash, rich_eq, Accessor, Kind};
+pub use accessor::{cached_str_hash, mix, py_int_hash, rich_eq, Accessor, Kind};
 pub use arena::{hash_to_isize, path_eq, Arena, DisplayCache, Node, ROOT};
 pub use locator::{set_value, step_into, Locator};
 pub use text::{decode_surrogatepass, format_obj, str_bytes, str_eq, Text};

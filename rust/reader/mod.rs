@@ -25,6 +25,7 @@ pub mod stable_abi;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyTuple, PyType};
@@ -61,6 +62,9 @@ struct Types {
     tensor: Py<PyType>,
     parameter: Py<PyType>,
     mode_enabled: Py<PyAny>,
+    /// `mode_enabled`'s C function and its `self`, when it is a plain `METH_NOARGS` builtin (called
+    /// directly, as CPython would call it, without the call machinery around it)
+    mode_enabled_c: Option<(ffi::PyCFunction, usize)>,
     untyped_storage: Py<PyAny>,
 }
 
@@ -70,7 +74,21 @@ fn types(py: Python<'_>) -> PyResult<&'static Types> {
     TYPES.get_or_try_init(py, || {
         let torch = py.import("torch")?;
         let tensor = torch.getattr("Tensor")?.downcast_into::<PyType>()?;
+        let mode_enabled = torch
+            .getattr("_C")?
+            .getattr("_is_torch_function_mode_enabled")?;
+        // SAFETY: type and flag queries on a live object; the function pointer and `self` stay
+        // valid while `mode_enabled` (kept below) is alive
+        let mode_enabled_c = unsafe {
+            let f = mode_enabled.as_ptr();
+            if ffi::PyCFunction_Check(f) != 0 && ffi::PyCFunction_GetFlags(f) == ffi::METH_NOARGS {
+                ffi::PyCFunction_GetFunction(f).map(|c| (c, ffi::PyCFunction_GetSelf(f) as usize))
+            } else {
+                None
+            }
+        };
         Ok(Types {
+            mode_enabled_c,
             untyped_storage: tensor.getattr("untyped_storage")?.unbind(),
             tensor: tensor.unbind(),
             parameter: torch
@@ -78,10 +96,7 @@ fn types(py: Python<'_>) -> PyResult<&'static Types> {
                 .getattr("Parameter")?
                 .downcast_into::<PyType>()?
                 .unbind(),
-            mode_enabled: torch
-                .getattr("_C")?
-                .getattr("_is_torch_function_mode_enabled")?
-                .unbind(),
+            mode_enabled: mode_enabled.unbind(),
         })
     })
 }
@@ -168,7 +183,15 @@ pub fn fast_now(py: Python<'_>) -> PyResult<bool> {
         return Ok(false);
     }
     let t = types(py)?;
-    Ok(!t.mode_enabled.bind(py).call0()?.is_truthy()?)
+    let enabled = match t.mode_enabled_c {
+        // SAFETY: a live METH_NOARGS builtin's C function, called with its `self` and no argument
+        // as CPython calls it; a new reference, or NULL with an exception set
+        Some((f, slf)) => unsafe {
+            Bound::from_owned_ptr_or_err(py, f(slf as *mut ffi::PyObject, std::ptr::null_mut()))?
+        },
+        None => t.mode_enabled.bind(py).call0()?,
+    };
+    Ok(!enabled.is_truthy()?)
 }
 
 /// Whether a fast reader is selected (modes aside): worth prefetching tensor objects.

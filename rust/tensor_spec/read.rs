@@ -9,19 +9,45 @@ use super::dtype::dtype_id;
 /// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype; and whether
 /// the fast tensor reader may read this walk's tensors (asked once per walk).
 #[derive(Default)]
-pub struct DtypeMemo(Vec<(usize, u16)>, Option<bool>);
+pub struct DtypeMemo(SmallMap, Option<bool>);
+
+/// `(dtype address, id)` pairs: the first few inline (no allocation for a typical call).
+#[derive(Default)]
+pub struct SmallMap {
+    few: [(usize, u16); 4],
+    n: usize,
+    more: Vec<(usize, u16)>,
+}
+
+impl SmallMap {
+    #[inline]
+    fn get(&self, key: usize) -> Option<u16> {
+        let few = &self.few[..self.n.min(self.few.len())];
+        few.iter()
+            .chain(self.more.iter())
+            .find(|(p, _)| *p == key)
+            .map(|&(_, id)| id)
+    }
+
+    fn push(&mut self, key: usize, id: u16) {
+        if self.n < self.few.len() {
+            self.few[self.n] = (key, id);
+            self.n += 1;
+        } else {
+            self.more.push((key, id));
+        }
+    }
+}
 
 impl DtypeMemo {
     #[inline]
     pub fn id(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<u16> {
         let ptr = obj.as_ptr() as usize;
-        for &(p, id) in &self.0 {
-            if p == ptr {
-                return Ok(id);
-            }
+        if let Some(id) = self.0.get(ptr) {
+            return Ok(id);
         }
         let id = dtype_id(obj)?;
-        self.0.push((ptr, id));
+        self.0.push(ptr, id);
         Ok(id)
     }
 

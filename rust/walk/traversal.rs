@@ -8,6 +8,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple, PyType};
 
 use super::registry::{class_fields, type_info, ClassFields, TypeInfo, Walk};
@@ -51,13 +52,17 @@ enum Source<'py> {
         FieldList,
         usize,
         Kind,
-        Option<(Bound<'py, PyDict>, Arc<[bool]>)>,
+        Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
     ),
 }
 
 enum FieldList {
-    Shared(Arc<TypeInfo>),
-    Class(Arc<ClassFields>),
+    /// a dataclass's fields
+    Shared(InfoRef),
+    Class(MemoRef<ClassFields>),
+    /// an instance layout the memo holds
+    Layout(MemoRef<[Py<PyString>]>),
+    /// the fields of an instance whose dict is not an exact dict
     Own(Arc<[Py<PyString>]>),
 }
 
@@ -66,8 +71,30 @@ impl FieldList {
         match self {
             FieldList::Shared(t) => t.fields.get(i),
             FieldList::Class(c) => c.names.get(i),
+            FieldList::Layout(v) => v.get(i),
             FieldList::Own(v) => v.get(i),
         }
+    }
+}
+
+/// Something inside an `Arc` the walk's `Memo` holds, read without touching its reference count
+/// (an atomic increment and decrement otherwise, per user-type instance). Within a walk the memo
+/// drops no `Arc` (replaced instance layouts go to `Memo::retired`); it is reset only by
+/// `Memo::take`, before a walk, and outlives the walk's frames, the only holders of these.
+struct MemoRef<T: ?Sized>(*const T);
+
+impl<T: ?Sized> MemoRef<T> {
+    fn of(arc: &Arc<T>) -> MemoRef<T> {
+        MemoRef(Arc::as_ptr(arc))
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for MemoRef<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: see the type's comment
+        unsafe { &*self.0 }
     }
 }
 
@@ -175,7 +202,9 @@ impl<'py> Source<'py> {
                 Some(name) => {
                     let name = name.bind(py);
                     let from_dict = match direct {
-                        Some((dict, ok)) if ok[*i] => dict.get_item(name)?,
+                        Some((dict, how)) if how[*i] != NOT_DIRECT => {
+                            dict_entry(py, dict, name, how[*i])?
+                        }
                         _ => None,
                     };
                     *i += 1;
@@ -193,10 +222,15 @@ impl<'py> Source<'py> {
 /// The field list of the last instance seen of a user type, keyed by its `__dict__` keys.
 struct InstanceFields {
     ty: usize,
+    /// the type (kept alive, so `ty` names no other type) and its version tag when the entry was
+    /// made: a later walk reuses the entry only while the tag is unchanged (Python resets it on
+    /// any change to the class or its bases, which could change `direct`)
+    class: Py<PyType>,
+    tag: u32,
     /// held (not just their addresses) so that no other string can take their place
     keys: Vec<Py<PyAny>>,
     fields: Option<Arc<[Py<PyString>]>>,
-    direct: Option<Arc<[bool]>>,
+    direct: Option<Arc<[isize]>>,
 }
 
 /// Whether `dict`'s keys are exactly the objects `keys`, in order (a raw scan: no references taken).
@@ -218,20 +252,53 @@ fn same_keys(dict: &Bound<'_, PyDict>, keys: &[Py<PyAny>]) -> bool {
 /// What to walk in one user-type instance.
 struct UserFields<'py> {
     /// the merged class and instance names, when the instance adds any
-    own: Option<Arc<[Py<PyString>]>>,
+    own: Option<FieldList>,
     /// the instance dict and, per field, whether `getattr` would return its entry unchanged
-    direct: Option<(Bound<'py, PyDict>, Arc<[bool]>)>,
+    /// (see [`direct_fields`])
+    direct: Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
+}
+
+/// A field `getattr` must read.
+const NOT_DIRECT: isize = -1;
+/// A field read from the instance dict, with no position hint.
+const NO_HINT: isize = -2;
+
+/// `dict.get(name)`, first trying the entry at `PyDict_Next` position `hint` (when not negative):
+/// the entry whose key is `name` itself is the one a lookup finds.
+#[inline]
+fn dict_entry<'py>(
+    py: Python<'py>,
+    dict: &Bound<'py, PyDict>,
+    name: &Bound<'py, PyString>,
+    hint: isize,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if hint >= 0 {
+        let mut pos = hint as ffi::Py_ssize_t;
+        let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+        let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold (any position is
+        // accepted; one out of range ends the iteration); we take our own reference to the value
+        unsafe {
+            if ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) != 0 && k == name.as_ptr()
+            {
+                return Ok(Some(Bound::from_borrowed_ptr(py, v)));
+            }
+        }
+    }
+    dict.get_item(name)
 }
 
 /// Per field: whether `getattr(obj, name)` is just `obj.__dict__[name]`, i.e. the type uses
 /// the generic attribute lookup and no class in its MRO defines `name` (no descriptor can
-/// intervene). `None` when the type customises attribute access.
+/// intervene): [`NOT_DIRECT`] when not, else the `PyDict_Next` position of `name`'s entry in
+/// `dict` (a hint for instances laid out alike, checked on use), or [`NO_HINT`]. `None` when the
+/// type customises attribute access.
 fn direct_fields(
     py: Python<'_>,
     ty: &Bound<'_, PyType>,
     dict: &Bound<'_, PyDict>,
     names: &[Py<PyString>],
-) -> PyResult<Option<Arc<[bool]>>> {
+) -> PyResult<Option<Arc<[isize]>>> {
     // SAFETY: reading a slot of a live type object
     let generic = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize)
         == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
@@ -253,24 +320,51 @@ fn direct_fields(
             }
             ok = !d.contains(name)?;
         }
-        out.push(ok);
+        out.push(if ok { NO_HINT } else { NOT_DIRECT });
+    }
+    // the positions, found by key identity (a raw scan: nothing runs)
+    let mut pos: ffi::Py_ssize_t = 0;
+    let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+    let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+    loop {
+        let before = pos;
+        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold
+        if unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) } == 0 {
+            break;
+        }
+        for (i, name) in names.iter().enumerate() {
+            if out[i] == NO_HINT && name.as_ptr() == k {
+                out[i] = before as isize;
+            }
+        }
     }
     Ok(Some(out.into()))
 }
 
-/// Per-walk memo of type classifications and user-type fields.
+/// Memo of type classifications and user-type fields, kept by each thread from walk to walk
+/// (see [`Memo::take`]): valid for one registry generation, and bounded.
 #[derive(Default)]
 struct Memo {
+    /// the registry generation the entries belong to
+    gen: u64,
     types: Vec<(usize, Arc<TypeInfo>)>,
+    /// a direct-mapped index into `types` by type address (`InfoRef`s of its entries)
+    recent: [(usize, Option<InfoRef>); Memo::RECENT],
     /// per proxy type, its classification for instances that are tensors
     proxies: Vec<(usize, Arc<TypeInfo>)>,
     fields: Vec<(usize, Arc<ClassFields>)>,
     instances: Vec<InstanceFields>,
+    /// instance layouts replaced during the current walk (its frames may still read them)
+    retired: Vec<InstanceFields>,
+    /// the containers on the current path (empty between walks; kept for its allocation)
+    on_stack: OnStack,
 }
 
-/// A classification the walk's `Memo` holds: the memo keeps each `Arc` until it is dropped and never
-/// removes one, and an `Arc`'s contents stay put when the memo's vector grows, so the pointee lives as
-/// long as the memo. Only `walk` makes these, and its memo outlives them. Reading through it costs no
+/// A classification the walk's `Memo` holds: the memo keeps each `Arc` until it is dropped or reset
+/// whole (`Memo::take`, between walks, which also empties `recent`) and never removes one, and an
+/// `Arc`'s contents stay put when the memo's vector grows, so the pointee lives as long as the memo
+/// (or its reset). Only the memo's `recent` index and `walk` hold these, and the memo outlives the
+/// walk's. Reading through it costs no
 /// reference count (an atomic increment and decrement per value otherwise: 3% of a dispatch).
 #[derive(Clone, Copy)]
 struct InfoRef(*const TypeInfo);
@@ -284,26 +378,91 @@ impl std::ops::Deref for InfoRef {
     }
 }
 
+thread_local! {
+    /// This thread's memo between walks; a walk takes it out (a walk nested inside a callback of
+    /// another starts from an empty one) and puts it back when done.
+    static MEMO: std::cell::Cell<Option<Box<Memo>>> = const { std::cell::Cell::new(None) };
+}
+
+/// `tp_version_tag` of a live type.
+#[inline]
+fn version_tag(ty: &Bound<'_, PyType>) -> u32 {
+    // SAFETY: reading a field of a live type object
+    unsafe { (*ty.as_type_ptr()).tp_version_tag }
+}
+
 impl Memo {
+    /// Most entries of each kind kept between walks.
+    const BOUND: usize = 64;
+    const RECENT: usize = 16;
+
+    #[inline]
+    fn slot(key: usize) -> usize {
+        (key >> 4 ^ key >> 9) % Self::RECENT
+    }
+
+    /// This thread's memo, ready for a walk under the current registry generation.
+    fn take(py: Python<'_>) -> Box<Memo> {
+        let gen = super::registry::generation();
+        let mut m = MEMO
+            .try_with(|m| m.take())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if m.gen != gen
+            || m.types.len() > Self::BOUND
+            || m.proxies.len() > Self::BOUND
+            || m.fields.len() > Self::BOUND
+            || m.instances.len() > Self::BOUND
+        {
+            *m = Memo {
+                gen,
+                ..Memo::default()
+            };
+        }
+        m.retired.clear();
+        // an instance layout learned in an earlier walk holds while its class is unchanged
+        m.instances
+            .retain(|e| e.tag != 0 && version_tag(e.class.bind(py)) == e.tag);
+        m
+    }
+
+    /// Keep `memo` for this thread's next walk.
+    fn put_back(memo: Box<Memo>) {
+        let _ = MEMO.try_with(|m| m.set(Some(memo)));
+    }
+
     #[inline]
     fn info(&mut self, py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<InfoRef> {
         let key = ty.as_ptr() as usize;
-        if let Some((_, i)) = self.types.iter().find(|(k, _)| *k == key) {
-            return Ok(InfoRef(Arc::as_ptr(i)));
+        let slot = Self::slot(key);
+        if let (k, Some(r)) = self.recent[slot] {
+            if k == key {
+                return Ok(r);
+            }
         }
-        let info = type_info(py, ty)?;
-        let r = InfoRef(Arc::as_ptr(&info));
-        self.types.push((key, info));
-        Ok(r)
+        self.info_slow(py, ty, key, slot)
     }
 
-    /// The `Arc` behind `info`.
-    fn shared(&self, info: InfoRef) -> PyResult<Arc<TypeInfo>> {
-        self.types
-            .iter()
-            .find(|(_, i)| std::ptr::eq(Arc::as_ptr(i), info.0))
-            .map(|(_, i)| i.clone())
-            .ok_or_else(|| PyRuntimeError::new_err("internal error: a type left the walk's memo"))
+    #[inline(never)]
+    fn info_slow(
+        &mut self,
+        py: Python<'_>,
+        ty: &Bound<'_, PyType>,
+        key: usize,
+        slot: usize,
+    ) -> PyResult<InfoRef> {
+        let r = match self.types.iter().find(|(k, _)| *k == key) {
+            Some((_, i)) => InfoRef(Arc::as_ptr(i)),
+            None => {
+                let info = type_info(py, ty)?;
+                let r = InfoRef(Arc::as_ptr(&info));
+                self.types.push((key, info));
+                r
+            }
+        };
+        self.recent[slot] = (key, Some(r));
+        Ok(r)
     }
 
     /// `info` for a leaf `value`: for types whose instances may forward `__class__`, the
@@ -318,6 +477,16 @@ impl Memo {
         if !info.proxy {
             return Ok(info);
         }
+        self.proxy_info(py, info, value)
+    }
+
+    #[inline(never)]
+    fn proxy_info(
+        &mut self,
+        py: Python<'_>,
+        info: InfoRef,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<InfoRef> {
         if !value.is_instance(crate::interp::interp(py)?.tensor_type.bind(py))? {
             return Ok(info);
         }
@@ -347,14 +516,15 @@ impl Memo {
         &mut self,
         py: Python<'_>,
         ty: &Bound<'_, PyType>,
-    ) -> PyResult<Arc<ClassFields>> {
+    ) -> PyResult<MemoRef<ClassFields>> {
         let key = ty.as_ptr() as usize;
         if let Some((_, f)) = self.fields.iter().find(|(k, _)| *k == key) {
-            return Ok(f.clone());
+            return Ok(MemoRef::of(f));
         }
         let f = class_fields(py, ty)?;
-        self.fields.push((key, f.clone()));
-        Ok(f)
+        let r = MemoRef::of(&f);
+        self.fields.push((key, f));
+        Ok(r)
     }
 }
 
@@ -391,7 +561,7 @@ impl Memo {
         };
         let Ok(d) = dict.downcast_exact::<PyDict>() else {
             return Ok(UserFields {
-                own: instance_fields(py, &dict, class)?.map(Arc::from),
+                own: instance_fields(py, &dict, class)?.map(|f| FieldList::Own(Arc::from(f))),
                 direct: None,
             });
         };
@@ -402,8 +572,11 @@ impl Memo {
             .find(|e| e.ty == tkey && same_keys(d, &e.keys))
         {
             return Ok(UserFields {
-                own: hit.fields.clone(),
-                direct: hit.direct.clone().map(|ok| (d.clone(), ok)),
+                own: hit
+                    .fields
+                    .as_ref()
+                    .map(|f| FieldList::Layout(MemoRef::of(f))),
+                direct: hit.direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok))),
             });
         }
         let keys: Vec<Py<PyAny>> = d.keys().into_iter().map(|k| k.unbind()).collect();
@@ -413,17 +586,23 @@ impl Memo {
             None => &class.names,
         };
         let direct = direct_fields(py, ty, d, names)?;
-        self.instances.retain(|e| e.ty != tkey);
+        // one layout per type is looked up; the one replaced stays until the walk ends
+        if let Some(i) = self.instances.iter().position(|e| e.ty == tkey) {
+            self.retired.push(self.instances.swap_remove(i));
+        }
+        let found = UserFields {
+            own: fields.as_ref().map(|f| FieldList::Layout(MemoRef::of(f))),
+            direct: direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok))),
+        };
         self.instances.push(InstanceFields {
             ty: tkey,
+            class: ty.clone().unbind(),
+            tag: version_tag(ty),
             keys,
-            fields: fields.clone(),
-            direct: direct.clone(),
+            fields,
+            direct,
         });
-        Ok(UserFields {
-            own: fields,
-            direct: direct.map(|ok| (d.clone(), ok)),
-        })
+        Ok(found)
     }
 }
 
@@ -453,7 +632,7 @@ fn open<'py>(
         Walk::Mapping => mapping_source(py, obj, &info)?,
         Walk::Dataclass => Source::Fields(
             obj.clone(),
-            FieldList::Shared(memo.shared(info)?),
+            FieldList::Shared(info),
             0,
             Kind::Dataclass,
             None,
@@ -462,10 +641,7 @@ fn open<'py>(
             let ty = obj.get_type();
             let class = memo.class_fields(py, &ty)?;
             let found = memo.instance_fields(py, obj, &ty, &class)?;
-            let fields = match found.own {
-                Some(own) => FieldList::Own(own),
-                None => FieldList::Class(class),
-            };
+            let fields = found.own.unwrap_or(FieldList::Class(class));
             Source::Fields(obj.clone(), fields, 0, Kind::UserType, found.direct)
         }
         Walk::Leaf => unreachable!("leaves are not opened"),
@@ -576,10 +752,21 @@ fn instance_fields(
 
 fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
     match acc {
-        // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
-        Accessor::Str(s) => Ok(unsafe {
-            ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
-        }),
+        Accessor::Str(s) => {
+            // a str whose content hash is known and differs from "cache_position"'s is another
+            // string (the common case: no comparison)
+            static CP_HASH: GILOnceCell<isize> = GILOnceCell::new();
+            let cp = *CP_HASH.get_or_try_init(py, || PyString::new(py, "cache_position").hash())?;
+            if let Some(h) = crate::paths::cached_str_hash(s.bind(py)) {
+                if h != cp {
+                    return Ok(false);
+                }
+            }
+            // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
+            Ok(unsafe {
+                ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
+            })
+        }
         Accessor::Int(_) => Ok(false),
         Accessor::Obj(o) => rich_eq(o.bind(py), &PyString::new(py, "cache_position")),
     }
@@ -619,6 +806,12 @@ impl OnStack {
         }
     }
 
+    /// Forget every container (keeping the short list's allocation).
+    fn clear(&mut self) {
+        self.short.clear();
+        self.long = None;
+    }
+
     #[inline]
     fn remove(&mut self, ptr: &usize) {
         match &mut self.long {
@@ -642,7 +835,20 @@ pub fn walk<V: Visitor>(
     arena: &mut Arena,
     visitor: &mut V,
 ) -> PyResult<()> {
-    let mut memo = Memo::default();
+    let mut memo = Memo::take(py);
+    let result = walk_with(py, root, only_tensors, arena, visitor, &mut memo);
+    Memo::put_back(memo);
+    result
+}
+
+fn walk_with<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+    memo: &mut Memo,
+) -> PyResult<()> {
     let info = memo.info(py, &root.get_type())?;
     if info.ignored {
         return Ok(());
@@ -654,17 +860,45 @@ pub fn walk<V: Visitor>(
         }
         return Ok(());
     }
-    let mut on_stack = OnStack::default();
+    let mut on_stack = std::mem::take(&mut memo.on_stack);
+    on_stack.clear();
+    let result = walk_frames(
+        py,
+        root,
+        only_tensors,
+        arena,
+        visitor,
+        memo,
+        &mut on_stack,
+        info,
+    );
+    on_stack.clear();
+    memo.on_stack = on_stack;
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_frames<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+    memo: &mut Memo,
+    on_stack: &mut OnStack,
+    info: InfoRef,
+) -> PyResult<()> {
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
-    let src = open(py, &mut memo, root, info)?;
+    let src = open(py, memo, root, info)?;
     arena.may_repeat |= matches!(src, Source::Items(_));
-    let mut stack = vec![Frame {
+    let mut stack = Vec::with_capacity(8);
+    stack.push(Frame {
         src,
         node: ROOT,
         only_tensors: info.only_tensors.unwrap_or(only_tensors),
         ptr: root_ptr,
-    }];
+    });
     // whether the first step of the current path is "cache_position"
     let mut under_cp = false;
     while let Some(frame) = stack.last_mut() {
@@ -713,7 +947,7 @@ pub fn walk<V: Visitor>(
             )));
         }
         on_stack.insert(ptr, node);
-        let src = open(py, &mut memo, &value, info)?;
+        let src = open(py, memo, &value, info)?;
         // a mapping read through its own `items()` may yield a key twice
         arena.may_repeat |= matches!(src, Source::Items(_));
         stack.push(Frame {
