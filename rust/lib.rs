@@ -1,26 +1,36 @@
 //! The Rust core of `aitune_fast`: walking forward arguments, locators, tensor specs, metadata
 //! equality and hashing, shape learning and JSON.
+//!
+//! Folders by layer, bottom up (`layers.rs` checks that none names one above it):
+//! - `interp` (Python objects looked up once) and `reader/` (tensor sizes and dtypes through torch's
+//!   C interfaces);
+//! - `paths/` (the path arena, `Locator`) and `tensor_spec/` (`TensorSpec`, dtype ids, shape
+//!   merging, reading one tensor);
+//! - `walk/` (the type registry and the walk over nested arguments);
+//! - `metadata/` (`SampleMetadata`, `ExactSampleMetadata`: compact storage, equality and hashing,
+//!   building from a walk, shape learning);
+//! - `codec/` (JSON text and dicts, both ways).
 
 use pyo3::prelude::*;
 
 pub mod codec;
-pub mod handed;
 pub mod interp;
-pub mod locator;
+#[cfg(test)]
+mod layers;
 pub mod metadata;
+pub mod paths;
 pub mod reader;
-pub mod registry;
 pub mod tensor_spec;
-pub mod traversal;
+pub mod walk;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<locator::Locator>()?;
+    m.add_class::<paths::Locator>()?;
     m.add_class::<tensor_spec::TensorSpec>()?;
     m.add_class::<metadata::SampleMetadata>()?;
     m.add_class::<metadata::ExactSampleMetadata>()?;
-    m.add_function(wrap_pyfunction!(registry::_type_registry, m)?)?;
-    m.add("MAX_DEPTH", traversal::MAX_DEPTH)?;
+    m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
+    m.add("MAX_DEPTH", walk::traversal::MAX_DEPTH)?;
     m.add_function(wrap_pyfunction!(reader::tensor_reader, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
     m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;

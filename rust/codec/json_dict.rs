@@ -5,8 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 
 use crate::interp::interp;
-use crate::locator::{Accessor, Arena};
 use crate::metadata::{SampleMetadata, View};
+use crate::paths::{Accessor, Arena};
 use crate::tensor_spec::{dim_list, dtype_str};
 
 /// Whether `json_serialize` returns `v` itself.
@@ -120,7 +120,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         let tensor_rows = PyList::empty(py);
         for item in tensors.bind(py).try_iter()? {
             let (loc, spec): (
-                Bound<'py, crate::locator::Locator>,
+                Bound<'py, crate::paths::Locator>,
                 Bound<'py, crate::tensor_spec::TensorSpec>,
             ) = item?.extract()?;
             let l = loc.get();
@@ -139,7 +139,7 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         }
         let other_rows = PyList::empty(py);
         for item in others.bind(py).try_iter()? {
-            let (loc, value): (Bound<'py, crate::locator::Locator>, Bound<'py, PyAny>) =
+            let (loc, value): (Bound<'py, crate::paths::Locator>, Bound<'py, PyAny>) =
                 item?.extract()?;
             let l = loc.get();
             let row = PyDict::new(py);
@@ -178,9 +178,9 @@ pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound
         PyString::intern(py, "value"),
     ];
     let mut dtype_texts: Vec<(u16, Bound<'py, PyAny>)> = Vec::new();
-    let mut cache = crate::locator::DisplayCache::default();
+    let mut cache = crate::paths::DisplayCache::default();
     let mut paths = PathCache::default();
-    let mut text = crate::locator::Text::new();
+    let mut text = crate::paths::Text::new();
     let tensor_row = RowTemplate::new(py, &keys[..6])?;
     let other_row = RowTemplate::new(py, &[keys[0].clone(), keys[1].clone(), keys[6].clone()])?;
     let mut tensor_rows = Vec::with_capacity(c.items.len());

@@ -35,8 +35,8 @@ mod tests {
         }
     }
 
-    /// The codecs sit above `metadata`, `locator` and `tensor_spec`: no module outside `codec/`
-    /// names them in code (the crate root only declares the module).
+    /// The codecs sit above `metadata`, `paths` and `tensor_spec`: no module outside `codec/`
+    /// names them in code (the crate root only declares the module; `layers.rs` lists it).
     #[test]
     fn no_module_below_imports_the_codecs() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust");
@@ -44,7 +44,8 @@ mod tests {
         rust_files(&root, &mut files);
         let mut offenders = Vec::new();
         for file in files {
-            if file.starts_with(root.join("codec")) || file == root.join("lib.rs") {
+            let exempt = ["lib.rs", "layers.rs"].map(|f| root.join(f));
+            if file.starts_with(root.join("codec")) || exempt.contains(&file) {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap();

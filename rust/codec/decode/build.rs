@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use crate::codec::shared::{dtype_named, guess_bs, mults_match, type_name};
-use crate::locator::{path_eq, py_int_hash, Accessor, Arena, Kind, Locator, Text};
 use crate::metadata::{Compact, SampleMetadata};
+use crate::paths::{path_eq, py_int_hash, Accessor, Arena, Kind, Locator, Text};
 use crate::tensor_spec::{dtype_id, multiplier, Dim, Spec, TensorSpec};
 
 /// A step's accessor as read, before it becomes a node.

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 
 use crate::codec::text::parse::{JStr, Parser, Tok};
-use crate::locator::ROOT;
+use crate::paths::ROOT;
 
 use super::build::{Build, OUT_DEFAULT};
 use super::fields::{

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::codec::shared::is_dtype;
-use crate::locator::{Kind, ROOT};
+use crate::paths::{Kind, ROOT};
 use crate::tensor_spec::{dtype_id, Dim};
 
 use super::build::{Acc, Build};

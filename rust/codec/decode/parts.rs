@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 
 use crate::codec::text::parse::{Parser, Tok};
-use crate::locator::ROOT;
+use crate::paths::ROOT;
 use crate::tensor_spec::Dim;
 
 use super::build::{Build, OUT_DEFAULT};

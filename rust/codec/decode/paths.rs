@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyFloat;
 
 use crate::codec::text::parse::{JNum, JStr, Parser, Tok};
-use crate::locator::{Kind, ROOT};
+use crate::paths::{Kind, ROOT};
 
 use super::build::{Acc, Build, LastKey};
 use super::value::{big_int, jstr_to_py, read_exact};

@@ -13,7 +13,7 @@ use crate::codec::text::parse::{JNum, JStr, Parser, Tok};
 pub(super) fn jstr_to_py<'py>(py: Python<'py>, s: &JStr<'_>) -> PyResult<Bound<'py, PyString>> {
     match s {
         JStr::Str(t) => Ok(PyString::new(py, t)),
-        JStr::Wtf8(b) => crate::locator::decode_surrogatepass(py, b),
+        JStr::Wtf8(b) => crate::paths::decode_surrogatepass(py, b),
     }
 }
 

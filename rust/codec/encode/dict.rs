@@ -7,8 +7,8 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::codec::format::{FORMAT_OTHERS, FORMAT_TENSORS};
 use crate::codec::shared::{guess_bs, mults_match};
 use crate::codec::text::write as jt;
-use crate::locator::{Arena, ROOT};
 use crate::metadata::{Loc, SampleMetadata, View};
+use crate::paths::{Arena, ROOT};
 use crate::tensor_spec::{Dim, Spec};
 
 use super::writer::Enc;

@@ -5,8 +5,8 @@ use pyo3::types::PyString;
 
 use crate::codec::format::FORMAT;
 use crate::codec::text::sink::{StrSink, CHUNK};
-use crate::locator::{Arena, DisplayCache, ROOT};
 use crate::metadata::{Loc, SampleMetadata, View};
+use crate::paths::{Arena, DisplayCache, ROOT};
 use crate::tensor_spec::multiplier;
 
 use super::writer::{write_text, Enc};

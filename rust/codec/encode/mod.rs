@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::codec::shared::type_name;
-use crate::locator::path_eq;
 use crate::metadata::{SampleMetadata, View};
+use crate::paths::path_eq;
 use crate::tensor_spec::Spec;
 
 mod dict;

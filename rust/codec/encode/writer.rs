@@ -13,8 +13,8 @@ use crate::codec::shared::{is_dtype, type_name};
 use crate::codec::text::sink::StrSink;
 use crate::codec::text::write as jt;
 use crate::codec::text::MAX_NESTING;
-use crate::locator::{Accessor, Arena, DisplayCache, Text};
 use crate::metadata::View;
+use crate::paths::{Accessor, Arena, DisplayCache, Text};
 use crate::tensor_spec::{dtype_obj, Dim, FOREIGN_DTYPE};
 
 const SUPPORTED: &str = "None, bool, int, float, str, bytes, complex, list, tuple, dict, set, \

@@ -359,7 +359,7 @@ pub fn class_fields(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<Clas
     let mut set = std::collections::HashSet::new();
     for attr in ty.dir()?.iter() {
         let name = attr.downcast_into::<PyString>()?;
-        let text = crate::locator::str_bytes(&name)?.into_owned();
+        let text = crate::paths::str_bytes(&name)?.into_owned();
         if text.starts_with(b"_") {
             continue;
         }

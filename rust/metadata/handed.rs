@@ -10,7 +10,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::metadata::Compact;
+use super::compact::Compact;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::tensor_spec::{dtype_obj, multiplier, Dim, TensorSpec, FIELD_SETS};

@@ -1,0 +1,106 @@
+//! The crate's layers, bottom up: `interp` and `reader`; `paths` and `tensor_spec`; `walk`;
+//! `metadata`; `codec`. A module never names a layer above its own (where a lower one needs
+//! something from above, it is passed in, or the method lives above: see `walk/locator_methods.rs`,
+//! `codec/methods.rs`). Checked here, in tests, by reading the sources.
+
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom up. A module names no module of its own layer or of one above.
+const LAYERS: &[&[&str]] = &[
+    &["interp", "reader"],
+    &["paths", "tensor_spec"],
+    &["walk"],
+    &["metadata"],
+    &["codec"],
+];
+
+fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
+    if path.is_file() {
+        out.push(path.to_path_buf());
+        return;
+    }
+    for entry in std::fs::read_dir(path).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Whether `code` names the module `module`: `crate::module` (paths from the crate root are
+/// the only way a module reaches another layer; `super::` stays inside a folder).
+fn names(code: &str, module: &str) -> bool {
+    let needle = format!("crate::{module}");
+    code.match_indices(&needle).any(|(at, _)| {
+        let after = code[at + needle.len()..].chars().next();
+        !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+fn offenders(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for (rank, layer) in LAYERS.iter().enumerate() {
+        for part in layer.iter() {
+            let above: Vec<&str> = LAYERS[rank..]
+                .iter()
+                .flat_map(|l| l.iter().copied())
+                .filter(|m| m != part)
+                .collect();
+            let file = root.join(format!("{part}.rs"));
+            let source = if file.is_file() {
+                file
+            } else {
+                root.join(part)
+            };
+            let mut files = Vec::new();
+            rust_files(&source, &mut files);
+            assert!(!files.is_empty(), "no sources for {part}");
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap();
+                for (i, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    for m in above.iter().filter(|m| names(code, m)) {
+                        out.push(format!("{}:{}: {part} names {m}", file.display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn names_reach_only_the_crate_root_form() {
+    assert!(names("use crate::metadata::View;", "metadata"));
+    assert!(names("crate::walk::traversal::walk(py)", "walk"));
+    assert!(!names("crate::walker", "walk"));
+    assert!(!names("use super::walk;", "walk"));
+}
+
+#[test]
+fn no_layer_names_one_above_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust");
+    let found = offenders(&root);
+    assert!(
+        found.is_empty(),
+        "lower layers name higher ones: {found:#?}"
+    );
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust");
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "lib" || name == "layers" {
+            continue;
+        }
+        assert!(
+            LAYERS.iter().any(|l| l.contains(&name.as_str())),
+            "rust/{name} has no layer in LAYERS"
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! Building a metadata from a walk: the `Builder` visitor reads each tensor into compact form,
+//! the batch size, and the LLM phase from `cache_position`.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::compact::Compact;
+use super::sample::Data;
+use crate::interp::{context_batch_size, interp};
+use crate::paths::{Accessor, Arena, Kind, ROOT};
+use crate::tensor_spec::{read_tensor, DtypeMemo, FOREIGN_DTYPE};
+use crate::walk::registry::TypeInfo;
+use crate::walk::traversal::{walk, Visitor};
+
+struct Builder {
+    c: Compact,
+    strict: bool,
+    check_cache_position: bool,
+    cache_position: Option<Py<PyAny>>,
+    dtypes: DtypeMemo,
+    /// a tensor with symbolic sizes, or a dtype that is not a torch.dtype, was met
+    symbolic: bool,
+}
+
+impl Visitor for Builder {
+    fn leaf(
+        &mut self,
+        py: Python<'_>,
+        arena: &mut Arena,
+        step: Option<(u32, Accessor, Kind)>,
+        value: &Bound<'_, PyAny>,
+        info: &TypeInfo,
+        under_cp: bool,
+    ) -> PyResult<()> {
+        if self.check_cache_position && under_cp {
+            self.cache_position = Some(value.clone().unbind());
+        }
+        if self.symbolic || (!info.is_tensor && !self.strict) {
+            return Ok(());
+        }
+        let node = match step {
+            Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
+            None => ROOT,
+        };
+        if info.is_tensor {
+            if self.c.batch_size == 0.0
+                && value
+                    .getattr(pyo3::intern!(py, "ndim"))?
+                    .extract::<usize>()?
+                    > 0
+            {
+                return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
+                    "division by zero",
+                ));
+            }
+            // the sizes go straight to the end of the shared pool; a failed read leaves them
+            // there, but then the walk's result is dropped
+            let off = self.c.dims.len();
+            let Some(dtype) = read_tensor(
+                py,
+                value,
+                info.fast_tensor,
+                &mut self.c.dims,
+                &mut self.dtypes,
+            )?
+            else {
+                self.symbolic = true; // `build` starts over with Python specs
+                return Ok(());
+            };
+            if dtype == FOREIGN_DTYPE {
+                // not a torch dtype: only a Python spec can hold it
+                self.symbolic = true;
+                return Ok(());
+            }
+            self.c.push_tail(node, off, dtype)?;
+        } else {
+            self.c.others.push((node, value.clone().unbind()));
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// Node, tensor and size counts of this thread's previous walk.
+    static SIZE_HINT: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([16, 4, 8]) };
+}
+
+/// Stands in for a compact metadata's arena while the walk builds the real one.
+fn placeholder_arena() -> Arc<Arena> {
+    static EMPTY: OnceLock<Arc<Arena>> = OnceLock::new();
+    EMPTY
+        .get_or_init(|| {
+            Arc::new(Arena {
+                nodes: Vec::new(),
+                may_repeat: false,
+            })
+        })
+        .clone()
+}
+
+/// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
+pub struct Built {
+    pub data: Data,
+    pub cache_position: Option<Py<PyAny>>,
+}
+
+/// Walk `obj` into a compact metadata.
+pub fn build(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    strict: bool,
+    batch_size: f64,
+    is_output: bool,
+    check_cp: bool,
+) -> PyResult<Built> {
+    // size the buffers like the previous walk on this thread (callers describe the same kind of
+    // call again and again), up to a bound so one huge structure does not inflate small ones
+    let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
+    let mut arena = Arena::with_capacity(n_nodes);
+    let mut c = Compact::new_in(placeholder_arena(), is_output);
+    c.items.reserve(n_items);
+    c.dims.reserve(n_dims);
+    let mut b = Builder {
+        c,
+        strict,
+        check_cache_position: check_cp,
+        cache_position: None,
+        dtypes: DtypeMemo::default(),
+        symbolic: false,
+    };
+    b.c.batch_size = batch_size;
+    walk(py, obj, false, &mut arena, &mut b)?;
+    if b.symbolic {
+        return Ok(Built {
+            data: build_with_python_specs(py, obj, strict, batch_size, is_output)?,
+            cache_position: b.cache_position,
+        });
+    }
+    const BOUND: usize = 4096;
+    SIZE_HINT.with(|h| {
+        h.set([
+            arena.len().min(BOUND),
+            b.c.items.len().min(BOUND),
+            b.c.dims.len().min(BOUND),
+        ])
+    });
+    b.c.arena = Arc::new(arena);
+    Ok(Built {
+        data: Data::Compact(b.c),
+        cache_position: b.cache_position,
+    })
+}
+
+/// The reference's way, for arguments holding traced tensors: `(Locator, TensorSpec)` pairs whose
+/// specs keep the symbolic sizes as they are (never converted, so no guard is added).
+fn build_with_python_specs(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    strict: bool,
+    batch_size: f64,
+    is_output: bool,
+) -> PyResult<Data> {
+    let it = interp(py)?;
+    let mut tensors = Vec::new();
+    let mut others = Vec::new();
+    for pair in crate::walk::traversal::find_leaves(py, obj, false, is_output)?.iter() {
+        let (loc, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
+        if value.is_instance(it.tensor_type.bind(py))? {
+            let spec = it.reference_spec.bind(py).call1((&value, batch_size))?;
+            tensors.push(PyTuple::new(py, [loc, spec])?);
+        } else if strict {
+            others.push(PyTuple::new(py, [loc, value])?);
+        }
+    }
+    Ok(Data::Py {
+        tensors: PyTuple::new(py, tensors)?.into_any().unbind(),
+        others: PyTuple::new(py, others)?.into_any().unbind(),
+    })
+}
+
+/// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
+pub(super) fn resolve_batch_size(
+    py: Python<'_>,
+    batch_size: Option<&Bound<'_, PyAny>>,
+) -> PyResult<f64> {
+    let chosen = match batch_size {
+        Some(b) if b.is_truthy()? => Some(b.clone()),
+        _ => context_batch_size(py)?,
+    };
+    match chosen {
+        None => Ok(f64::NAN),
+        Some(v) => v.extract::<f64>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "batch size must be a number, got {}",
+                v.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        }),
+    }
+}
+
+pub(super) fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let it = interp(py)?;
+    if let Some(first) = crate::reader::first_int(py, cache_position)? {
+        return Ok(if first == 0 {
+            it.prefill.clone_ref(py).into_any()
+        } else {
+            it.decode.clone_ref(py).into_any()
+        });
+    }
+    let first = cache_position
+        .get_item(0)?
+        .call_method0(pyo3::intern!(py, "item"))?;
+    let zero = 0i64.into_pyobject(py)?;
+    Ok(if first.eq(zero)? {
+        it.prefill.clone_ref(py).into_any()
+    } else {
+        it.decode.clone_ref(py).into_any()
+    })
+}

@@ -1,0 +1,139 @@
+//! Compact storage: what a walk builds. One path arena, a 12-byte [`Item`] per tensor, its
+//! sizes in a shared pool, the specs `update_shapes_seen` changed, and the non-tensor leaves.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::OnceLock;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::paths::{Arena, Locator};
+use crate::tensor_spec::{Spec, TensorSpec};
+
+/// One tensor of a compact metadata.
+#[derive(Clone, Copy)]
+pub struct Item {
+    pub node: u32,
+    pub off: u32,
+    pub rank: u16,
+    pub dtype: u16,
+}
+
+pub struct Compact {
+    pub arena: Arc<Arena>,
+    pub items: Vec<Item>,
+    pub dims: Vec<i64>,
+    pub batch_size: f64,
+    /// specs changed by `update_shapes_seen`; empty, or one slot per item
+    pub learned: Vec<Option<Box<Spec>>>,
+    pub others: Vec<(u32, Py<PyAny>)>,
+    pub is_output: bool,
+    pub(super) tensor_hash: OnceLock<u64>,
+}
+
+impl Compact {
+    pub fn new(arena: Arena, is_output: bool) -> Compact {
+        Self::new_in(Arc::new(arena), is_output)
+    }
+
+    pub fn new_in(arena: Arc<Arena>, is_output: bool) -> Compact {
+        Compact {
+            arena,
+            items: Vec::new(),
+            dims: Vec::new(),
+            batch_size: f64::NAN,
+            learned: Vec::new(),
+            others: Vec::new(),
+            is_output,
+            tensor_hash: OnceLock::new(),
+        }
+    }
+
+    #[inline]
+    pub fn dims_of(&self, i: usize) -> &[i64] {
+        let it = self.items[i];
+        &self.dims[it.off as usize..it.off as usize + it.rank as usize]
+    }
+
+    pub fn learned(&self, i: usize) -> Option<&Spec> {
+        self.learned.get(i).and_then(|s| s.as_deref())
+    }
+
+    pub fn spec(&self, i: usize) -> Cow<'_, Spec> {
+        match self.learned(i) {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(Spec::fresh(
+                self.dims_of(i),
+                self.items[i].dtype,
+                self.batch_size,
+            )),
+        }
+    }
+
+    pub fn push_tensor(&mut self, node: u32, dims: &[i64], dtype: u16) -> PyResult<()> {
+        let off = u32::try_from(self.dims.len())
+            .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
+        let rank = u16::try_from(dims.len())
+            .map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        self.dims.extend_from_slice(dims);
+        self.items.push(Item {
+            node,
+            off,
+            rank,
+            dtype,
+        });
+        Ok(())
+    }
+
+    /// Record a tensor whose sizes are `dims[off..]`, just appended.
+    #[inline]
+    pub(super) fn push_tail(&mut self, node: u32, off: usize, dtype: u16) -> PyResult<()> {
+        let rank = self.dims.len().saturating_sub(off);
+        let off = u32::try_from(off)
+            .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
+        let rank =
+            u16::try_from(rank).map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        self.items.push(Item {
+            node,
+            off,
+            rank,
+            dtype,
+        });
+        Ok(())
+    }
+
+    /// New `(Locator, TensorSpec)` pairs for the tensors (Python objects the caller asked for).
+    pub fn tensor_pairs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Ok(self.hand_out(py)?.0)
+    }
+
+    /// [`Compact::tensor_pairs`], with the specs in order.
+    pub(super) fn hand_out<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Vec<Py<TensorSpec>>)> {
+        let mut pairs = Vec::with_capacity(self.items.len());
+        let mut specs = Vec::with_capacity(self.items.len());
+        for i in 0..self.items.len() {
+            let loc = Bound::new(
+                py,
+                Locator::new_in(self.arena.clone(), self.items[i].node, self.is_output),
+            )?;
+            let spec = Bound::new(py, TensorSpec::from_spec(py, &self.spec(i))?)?;
+            specs.push(spec.clone().unbind());
+            pairs.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
+        }
+        Ok((PyTuple::new(py, pairs)?, specs))
+    }
+
+    pub fn set_learned(&mut self, i: usize, spec: Spec) {
+        if self.learned.len() < self.items.len() {
+            self.learned.resize_with(self.items.len(), || None);
+        }
+        if let Some(slot) = self.learned.get_mut(i) {
+            *slot = Some(Box::new(spec));
+        }
+    }
+}

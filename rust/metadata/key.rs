@@ -1,0 +1,363 @@
+//! Equality and hashing: what makes a metadata a dict key. Tensors compare by rank (or exact
+//! shape), other values by equality, dict key order does not matter.
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
+
+use super::compact::Compact;
+use super::handed::Level;
+use super::sample::SampleMetadata;
+use super::view::{Loc, View};
+use crate::interp::interp;
+use crate::paths::{hash_to_isize, mix, path_eq, py_int_hash, rich_eq, ROOT};
+use crate::tensor_spec::Spec;
+
+fn loc_eq(py: Python<'_>, a: &Loc<'_>, b: &Loc<'_>) -> PyResult<bool> {
+    path_eq(py, a.arena, a.node, b.arena, b.node)
+}
+
+struct Index {
+    buckets: HashMap<u64, Vec<usize>>,
+    order: Vec<usize>,
+}
+
+/// Build a dict-like index over `n` entries located by `loc`, keeping the last of equal paths.
+fn build_index<'v>(py: Python<'_>, n: usize, loc: &dyn Fn(usize) -> Loc<'v>) -> PyResult<Index> {
+    let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    let mut slot_of: Vec<usize> = Vec::with_capacity(n);
+    'outer: for i in 0..n {
+        let li = loc(i);
+        let h = li.arena.node(li.node).hash;
+        let bucket = buckets.entry(h).or_default();
+        for j in bucket.iter_mut() {
+            if loc_eq(py, &loc(*j), &li)? {
+                let slot = slot_of[*j];
+                order[slot] = i;
+                slot_of.push(slot);
+                *j = i;
+                continue 'outer;
+            }
+        }
+        bucket.push(i);
+        slot_of.push(order.len());
+        order.push(i);
+    }
+    Ok(Index { buckets, order })
+}
+
+impl Index {
+    fn find<'v>(
+        &self,
+        py: Python<'_>,
+        loc: &dyn Fn(usize) -> Loc<'v>,
+        key: &Loc<'_>,
+    ) -> PyResult<Option<usize>> {
+        let h = key.arena.node(key.node).hash;
+        if let Some(b) = self.buckets.get(&h) {
+            for &j in b {
+                if loc_eq(py, &loc(j), key)? {
+                    return Ok(Some(j));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The common case of comparing two walked metadata: the same tensor paths in the same order.
+/// `Some(equal_ranks)` when the paths line up one to one, `None` when they do not (the caller
+/// then compares them as dicts).
+pub(super) fn aligned_tensors(py: Python<'_>, x: &Compact, y: &Compact) -> PyResult<Option<bool>> {
+    if x.items.len() != y.items.len() {
+        return Ok(None);
+    }
+    let (nx, ny) = (&x.arena.nodes, &y.arena.nodes);
+    let mut last_parents = (u32::MAX, u32::MAX);
+    let mut ranks_equal = true;
+    for (a, b) in x.items.iter().zip(&y.items) {
+        let (p, q) = (&nx[a.node as usize], &ny[b.node as usize]);
+        if p.hash != q.hash {
+            return Ok(None);
+        }
+        let same_path = if a.node != ROOT && (p.parent, q.parent) == last_parents {
+            p.kind == q.kind && p.acc.eq(py, &q.acc)?
+        } else {
+            path_eq(py, &x.arena, a.node, &y.arena, b.node)?
+        };
+        if !same_path {
+            return Ok(None);
+        }
+        if a.node != ROOT {
+            last_parents = (p.parent, q.parent);
+        }
+        ranks_equal &= a.rank == b.rank;
+    }
+    Ok(Some(ranks_equal))
+}
+
+/// Compare two sets of `(path, value)` entries with dict semantics. `same(i, j)` compares values.
+pub(super) fn dict_eq<'a, 'b>(
+    py: Python<'_>,
+    na: usize,
+    la: &dyn Fn(usize) -> Loc<'a>,
+    nb: usize,
+    lb: &dyn Fn(usize) -> Loc<'b>,
+    unique: bool,
+    same: &mut dyn FnMut(usize, usize) -> PyResult<bool>,
+) -> PyResult<bool> {
+    if unique {
+        if na != nb {
+            return Ok(false);
+        }
+        // entries usually come in the same order: compare pairwise, remembering the last pair of
+        // parents found equal so that siblings cost one step each
+        let mut aligned = true;
+        let mut last_parents: Option<(u32, u32)> = None;
+        for i in 0..na {
+            let (x, y) = (la(i), lb(i));
+            let (nx, ny) = (x.arena.node(x.node), y.arena.node(y.node));
+            if nx.hash != ny.hash {
+                aligned = false;
+                break;
+            }
+            let equal = if x.node != ROOT && last_parents == Some((nx.parent, ny.parent)) {
+                nx.kind == ny.kind && nx.acc.eq(py, &ny.acc)?
+            } else {
+                loc_eq(py, &x, &y)?
+            };
+            if !equal {
+                aligned = false;
+                break;
+            }
+            if x.node != ROOT {
+                last_parents = Some((nx.parent, ny.parent));
+            }
+            if !same(i, i)? {
+                return Ok(false);
+            }
+        }
+        if aligned {
+            return Ok(true);
+        }
+    }
+    let ia = build_index(py, na, la)?;
+    let ib = build_index(py, nb, lb)?;
+    if ia.order.len() != ib.order.len() {
+        return Ok(false);
+    }
+    for &i in &ia.order {
+        match ib.find(py, lb, &la(i))? {
+            Some(j) => {
+                if !same(i, j)? {
+                    return Ok(false);
+                }
+            }
+            None => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+/// Order-independent hash of `(path, value-hash)` entries with dict semantics.
+fn dict_hash<'a>(
+    py: Python<'_>,
+    n: usize,
+    loc: &dyn Fn(usize) -> Loc<'a>,
+    unique: bool,
+    value_hash: &mut dyn FnMut(usize) -> PyResult<u64>,
+) -> PyResult<u64> {
+    let mut acc: u64 = 0;
+    if unique {
+        for i in 0..n {
+            let l = loc(i);
+            acc = acc.wrapping_add(mix(l.arena.node(l.node).hash, value_hash(i)?));
+        }
+        return Ok(acc);
+    }
+    for i in build_index(py, n, loc)?.order {
+        let l = loc(i);
+        acc = acc.wrapping_add(mix(l.arena.node(l.node).hash, value_hash(i)?));
+    }
+    Ok(acc)
+}
+
+/// The reference's `_hash_value`: equal values hash alike, unhashable leaves hash to 0.
+pub fn value_hash(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<u64> {
+    if depth == 0 {
+        return value_hash_inner(py, v, depth);
+    }
+    // nested values recurse: count against Python's recursion limit, as the reference does
+    // SAFETY: plain C-API call with the GIL held; paired with Py_LeaveRecursiveCall below
+    if unsafe { pyo3::ffi::Py_EnterRecursiveCall(c" while hashing other data".as_ptr()) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let r = value_hash_inner(py, v, depth);
+    unsafe { pyo3::ffi::Py_LeaveRecursiveCall() };
+    r
+}
+
+fn value_hash_inner(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<u64> {
+    let it = interp(py)?;
+    if v.is_none()
+        || v.is_exact_instance_of::<PyString>()
+        || v.is_exact_instance_of::<pyo3::types::PyInt>()
+        || v.is_exact_instance_of::<PyFloat>()
+        || v.is_exact_instance_of::<pyo3::types::PyBool>()
+    {
+        return Ok(v.hash()? as u64);
+    }
+    if v.is_instance(it.mapping_abc.bind(py))? {
+        let mut acc: u64 = 0x6d61_7070;
+        for item in v.call_method0(pyo3::intern!(py, "items"))?.try_iter()? {
+            let (k, x): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            acc = acc.wrapping_add(mix(
+                value_hash(py, &k, depth + 1)?,
+                value_hash(py, &x, depth + 1)?,
+            ));
+        }
+        return Ok(mix(acc, 1));
+    }
+    if v.is_instance_of::<PySet>() || v.is_instance_of::<PyFrozenSet>() {
+        let mut acc: u64 = 0x7365_7473;
+        for x in v.try_iter()? {
+            acc = acc.wrapping_add(mix(value_hash(py, &x?, depth + 1)?, 7));
+        }
+        return Ok(mix(acc, 2));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let mut acc: u64 = 0x7475_706c;
+        for x in v.try_iter()? {
+            acc = mix(acc, value_hash(py, &x?, depth + 1)?);
+        }
+        return Ok(mix(acc, 3));
+    }
+    match v.hash() {
+        Ok(h) => Ok(h as u64),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+fn hash_dims(spec: &Spec) -> u64 {
+    let mut h: u64 = spec.rank() as u64;
+    for d in &spec.shape {
+        h = mix(
+            h,
+            match d {
+                crate::tensor_spec::Dim::Int(v) => py_int_hash(*v) as u64,
+                crate::tensor_spec::Dim::Batch(n) => 0xba7c_0000_0000 + *n as u64,
+                crate::tensor_spec::Dim::Dyn(n) => 0xd1a0_0000_0000 + *n as u64,
+                crate::tensor_spec::Dim::Str(s) | crate::tensor_spec::Dim::Sym(s) => {
+                    let mut x: u64 = 0x5157;
+                    for b in s.bytes() {
+                        x = mix(x, b as u64);
+                    }
+                    x
+                }
+            },
+        );
+    }
+    h
+}
+
+impl SampleMetadata {
+    pub fn equal(&self, py: Python<'_>, other: &SampleMetadata, exact: bool) -> PyResult<bool> {
+        if !exact {
+            if let Some(p) = &self.llm_phase {
+                return match &other.llm_phase {
+                    Some(q) => rich_eq(p.bind(py), q.bind(py)),
+                    None => rich_eq(p.bind(py), &py.None().into_bound(py)),
+                };
+            }
+        }
+        // the plain kind reads only ranks, the exact kind shapes
+        let level = if exact { Level::Shape } else { Level::Rank };
+        let (a, b) = (self.view_at(py, level)?, other.view_at(py, level)?);
+        let unique = a.unique() && b.unique();
+        let mut tensors_checked = false;
+        if let (false, true, View::C(x), View::C(y)) = (exact, unique, &a, &b) {
+            match aligned_tensors(py, x, y)? {
+                Some(false) => return Ok(false),
+                Some(true) => tensors_checked = true,
+                None => {}
+            }
+        }
+        let la = |i: usize| a.tensor_loc(i);
+        let lb = |i: usize| b.tensor_loc(i);
+        let tensors_equal = tensors_checked
+            || dict_eq(
+                py,
+                a.n_tensors(),
+                &la,
+                b.n_tensors(),
+                &lb,
+                unique,
+                &mut |i, j| {
+                    // exact metadata compares whole shapes, the plain kind only ranks
+                    Ok(if exact {
+                        a.spec(i).shape == b.spec(j).shape
+                    } else {
+                        a.rank(i) == b.rank(j)
+                    })
+                },
+            )?;
+        if !tensors_equal {
+            return Ok(false);
+        }
+        let oa = |i: usize| a.other_loc(i);
+        let ob = |i: usize| b.other_loc(i);
+        dict_eq(
+            py,
+            a.n_others(),
+            &oa,
+            b.n_others(),
+            &ob,
+            unique,
+            &mut |i, j| rich_eq(&a.other_value(py, i), &b.other_value(py, j)),
+        )
+    }
+
+    pub fn hash(&self, py: Python<'_>, exact: bool) -> PyResult<isize> {
+        if !exact {
+            if let Some(p) = &self.llm_phase {
+                return p.bind(py).hash();
+            }
+        }
+        let v = self.view_at(py, if exact { Level::Shape } else { Level::Rank })?;
+        let unique = v.unique();
+        let lt = |i: usize| v.tensor_loc(i);
+        let tensor_part = match (&v, exact) {
+            (View::C(c), false) => {
+                match c.tensor_hash.get() {
+                    Some(h) => *h,
+                    None => {
+                        let h = dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
+                            Ok(v.rank(i) as u64)
+                        })?;
+                        let _ = c.tensor_hash.set(h);
+                        h
+                    }
+                }
+            }
+            (_, false) => dict_hash(
+                py,
+                v.n_tensors(),
+                &lt,
+                unique,
+                &mut |i| Ok(v.rank(i) as u64),
+            )?,
+            (_, true) => dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
+                Ok(hash_dims(&v.spec(i)))
+            })?,
+        };
+        let lo = |i: usize| v.other_loc(i);
+        let other_part = dict_hash(py, v.n_others(), &lo, unique, &mut |i| {
+            value_hash(py, &v.other_value(py, i), 0)
+        })?;
+        Ok(hash_to_isize(mix(tensor_part, other_part)))
+    }
+}

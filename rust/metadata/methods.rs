@@ -1,0 +1,380 @@
+//! The `SampleMetadata` Python methods (construction, `from_inputs`/`from_outputs`, `==`,
+//! `hash`, `describe`, the data accessors, batching).
+
+use std::sync::OnceLock;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString, PyTuple};
+
+use super::build::{build, phase_of, resolve_batch_size, Built};
+use super::compact::Compact;
+use super::sample::{Data, SampleMetadata};
+use super::view::{pair, py_view, View};
+use crate::interp::{info_level_index, interp, transformers_integration};
+use crate::paths::Arena;
+use crate::tensor_spec::dim_list;
+
+#[pymethods]
+impl SampleMetadata {
+    #[new]
+    #[pyo3(signature = (tensor_data, other_data, strict=None, llm_phase=None))]
+    pub(super) fn py_new(
+        py: Python<'_>,
+        tensor_data: &Bound<'_, PyAny>,
+        other_data: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        llm_phase: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        py_view(py, tensor_data, other_data)?; // validate now, with a clear error
+        Ok(SampleMetadata {
+            data: Data::Py {
+                tensors: tensor_data.clone().unbind(),
+                others: other_data.clone().unbind(),
+            },
+            strict: match strict {
+                Some(s) => s.is_truthy()?,
+                None => false,
+            },
+            llm_phase: llm_phase.filter(|p| !p.is_none(py)),
+            other_cache: OnceLock::new(),
+            handed: OnceLock::new(),
+        })
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        // only references this object owns alone: the path arena may be shared with Locators
+        match &self.data {
+            Data::Compact(c) => {
+                for (_, v) in &c.others {
+                    visit.call(v)?;
+                }
+            }
+            Data::Py { tensors, others } => {
+                visit.call(tensors)?;
+                visit.call(others)?;
+            }
+        }
+        if let Some(p) = &self.llm_phase {
+            visit.call(p)?;
+        }
+        if let Some(t) = self.other_cache.get() {
+            visit.call(t)?;
+        }
+        if let Some(h) = self.handed.get() {
+            h.traverse(&visit)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.data = Data::Compact(Compact::new(Arena::new(), false));
+        self.llm_phase = None;
+        self.other_cache = OnceLock::new();
+        self.handed = OnceLock::new();
+    }
+
+    /// Describe `inputs` (forward arguments keyed by parameter name). In strict mode non-tensor
+    /// leaves are recorded too. `batch_size` defaults to the one in `global_context`.
+    #[staticmethod]
+    #[pyo3(signature = (inputs, strict=None, batch_size=None))]
+    fn from_inputs(
+        py: Python<'_>,
+        inputs: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        batch_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SampleMetadata> {
+        let strict = match strict {
+            Some(s) => s.is_truthy()?,
+            None => false,
+        };
+        let bs = resolve_batch_size(py, batch_size)?;
+        let check_cp = transformers_integration(py)?;
+        let Built {
+            data,
+            cache_position: cp,
+        } = build(py, inputs, strict, bs, false, check_cp)?;
+        let phase = match cp {
+            Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
+            _ => None,
+        };
+        Ok(SampleMetadata::from_data(data, strict, phase))
+    }
+
+    /// Describe the outputs of a call; locators render as `output...`.
+    #[staticmethod]
+    #[pyo3(signature = (output, strict=None, batch_size=None))]
+    fn from_outputs(
+        py: Python<'_>,
+        output: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        batch_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SampleMetadata> {
+        let strict = match strict {
+            Some(s) => s.is_truthy()?,
+            None => false,
+        };
+        let bs = resolve_batch_size(py, batch_size)?;
+        let Built { data, .. } = build(py, output, strict, bs, true, false)?;
+        Ok(SampleMetadata::from_data(data, strict, None))
+    }
+
+    fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = slf.py();
+        if !other.is_instance(&slf.get_type())? {
+            return Ok(false);
+        }
+        let other = other.downcast::<SampleMetadata>()?;
+        if slf.is(other) {
+            return Ok(true);
+        }
+        let them = other.try_borrow()?;
+        slf.try_borrow()?.equal(py, &them, false)
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        self.hash(py, false)
+    }
+
+    /// `copy.copy`: a new metadata sharing this one's `(Locator, TensorSpec)` pairs, as a shallow
+    /// copy of the reference's shares its specs.
+    fn __copy__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let (tensors, others, strict, phase) = {
+            let me = slf.try_borrow()?;
+            let tensors = me.tensors_tuple(py)?;
+            let others = me.others_tuple(py)?;
+            let phase = match &me.llm_phase {
+                Some(p) => p.bind(py).clone(),
+                None => py.None().into_bound(py),
+            };
+            (tensors, others, me.strict, phase)
+        };
+        slf.get_type().call1((tensors, others, strict, phase))
+    }
+
+    /// Pickling and `deepcopy`: rebuilt from `(Locator, TensorSpec)` pairs (fresh ones
+    /// for compact metadata, which is left as it is).
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let me = slf.try_borrow()?;
+        let others = me.others_tuple(py)?;
+        let tensors = match (&me.data, me.handed.get()) {
+            (Data::Py { tensors, .. }, _) => tensors.bind(py).clone(),
+            (Data::Compact(_), Some(h)) => h.pairs.bind(py).clone().into_any(),
+            (Data::Compact(c), None) => c.tensor_pairs(py)?.into_any(),
+        };
+        let phase = match &me.llm_phase {
+            Some(p) => p.bind(py).clone(),
+            None => py.None().into_bound(py),
+        };
+        let strict = pyo3::types::PyBool::new(py, me.strict)
+            .to_owned()
+            .into_any();
+        Ok((
+            slf.get_type().into_any(),
+            PyTuple::new(py, [tensors, others, strict, phase])?,
+        ))
+    }
+
+    fn __str__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
+        slf.try_borrow()?.describe_short(slf.py())
+    }
+
+    fn __repr__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
+        let it = interp(slf.py())?;
+        Ok(Self::describe(slf, Some(it.info_levels[2].bind(slf.py())))?
+            .downcast_into::<PyString>()?)
+    }
+
+    /// A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
+    #[pyo3(signature = (info_level=None))]
+    pub(super) fn describe<'py>(
+        slf: &Bound<'py, Self>,
+        info_level: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let it = interp(py)?;
+        let level = match info_level {
+            None => 2,
+            Some(l) => info_level_index(py, l)?,
+        };
+        if level == 0 {
+            return Ok(slf.try_borrow()?.describe_short(py)?.into_any());
+        }
+        let level_obj = it.info_levels[level].bind(py).clone();
+        it.describe.bind(py).call1((slf, level_obj))
+    }
+
+    /// Rows for the MEDIUM/FULL tables: `(tensor_rows, other_rows)` with the reference's cell objects.
+    fn _describe_rows<'py>(
+        slf: &Bound<'py, Self>,
+        full: bool,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let py = slf.py();
+        let me = slf.try_borrow()?;
+        let v = me.view(py)?;
+        let tensors = PyList::empty(py);
+        for i in 0..v.n_tensors() {
+            let l = v.tensor_loc(i);
+            let access = l.arena.display_path(py, l.node, l.is_output)?;
+            let semantic = l.arena.semantic_path(py, l.node)?.str()?;
+            let row = match &v {
+                View::P(p) => {
+                    let s = p.tensors[i].1.try_borrow()?;
+                    if full {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                s.shape.bind(py).clone(),
+                                s.min_shape.bind(py).clone(),
+                                s.max_shape.bind(py).clone(),
+                                s.dtype.bind(py).clone(),
+                            ],
+                        )?
+                    } else {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                s.shape.bind(py).clone(),
+                            ],
+                        )?
+                    }
+                }
+                View::C(c) => {
+                    let s = c.spec(i);
+                    if full {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                dim_list(py, &s.shape)?.into_any(),
+                                PyList::new(py, &s.min)?.into_any(),
+                                PyList::new(py, &s.max)?.into_any(),
+                                crate::tensor_spec::dtype_obj(py, s.dtype),
+                            ],
+                        )?
+                    } else {
+                        PyTuple::new(
+                            py,
+                            [
+                                access.into_any(),
+                                semantic.into_any(),
+                                dim_list(py, &s.shape)?.into_any(),
+                            ],
+                        )?
+                    }
+                }
+            };
+            tensors.append(row)?;
+        }
+        let others = PyList::empty(py);
+        for i in 0..v.n_others() {
+            let l = v.other_loc(i);
+            let access = l.arena.display_path(py, l.node, l.is_output)?;
+            let semantic = l.arena.semantic_path(py, l.node)?.str()?;
+            others.append(PyTuple::new(
+                py,
+                [
+                    access.into_any(),
+                    semantic.into_any(),
+                    v.other_value(py, i).str()?.into_any(),
+                ],
+            )?)?;
+        }
+        Ok((tensors, others))
+    }
+
+    /// Whether any tensor has a dynamic or batch axis.
+    fn detected_dynamic_axis(&self, py: Python<'_>) -> PyResult<bool> {
+        let v = self.view(py)?;
+        for i in 0..v.n_tensors() {
+            let s = v.spec(i);
+            if s.has_dynamic_axis() || s.has_batch_axis() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether every tensor has a batch axis (true when there are no tensors).
+    fn has_batch_axis(&self, py: Python<'_>) -> PyResult<bool> {
+        let v = self.view(py)?;
+        for i in 0..v.n_tensors() {
+            if !v.spec(i).has_batch_axis() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `"prefill"`, `"decode"`, or `""` when no LLM phase was detected.
+    #[getter]
+    fn llm_phase(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match &self.llm_phase {
+            Some(p) => Ok(p.clone_ref(py)),
+            None => Ok(interp(py)?.empty_str.clone_ref(py).into_any()),
+        }
+    }
+
+    /// Whether non-tensor leaves were recorded.
+    #[getter]
+    fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// `((Locator, value), ...)` for the non-tensor leaves (strict mode).
+    #[getter]
+    fn other_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.others_tuple(py)
+    }
+
+    /// `((Locator, TensorSpec), ...)`. The specs are live: changing them changes this metadata.
+    #[getter]
+    fn tensor_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.tensors_tuple(py)
+    }
+
+    /// The tensor specs, in order.
+    #[getter]
+    fn tensor_specs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let td = self.tensors_tuple(py)?;
+        let out = PyList::empty(py);
+        for item in td.try_iter()? {
+            out.append(pair(&item?, "tensor_data")?.1)?;
+        }
+        Ok(out)
+    }
+
+    /// Copies of `inputs` with every tensor sliced or repeated along its batch axes to `batch_size`.
+    /// The input is left untouched and the result shares no memory with it.
+    fn make_batch<'py>(
+        slf: &Bound<'py, Self>,
+        inputs: &Bound<'py, PyAny>,
+        batch_size: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let it = interp(slf.py())?;
+        it.make_batch
+            .bind(slf.py())
+            .call1((slf, inputs, batch_size))
+    }
+
+    /// Learn the batch axes' largest sizes from `inputs` batched to `max_batch_size`.
+    fn update_max_batch_size(
+        slf: &Bound<'_, Self>,
+        inputs: &Bound<'_, PyAny>,
+        max_batch_size: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let it = interp(slf.py())?;
+        it.update_max_batch_size
+            .bind(slf.py())
+            .call1((slf, inputs, max_batch_size))?;
+        Ok(())
+    }
+}

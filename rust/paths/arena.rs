@@ -1,0 +1,382 @@
+//! The path arena: a prefix tree of `(parent, accessor, kind)` steps, each node carrying the hash
+//! of its whole path, and the display, semantic and access forms of a path.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::interp::interp;
+use pyo3::types::{PyString, PyTuple};
+
+use super::accessor::{mix, Accessor, Kind};
+use super::text::Text;
+
+pub const ROOT: u32 = 0;
+const ROOT_HASH: u64 = 0x243F_6A88_85A3_08D3;
+
+pub struct Node {
+    pub parent: u32,
+    pub depth: u32,
+    pub kind: Kind,
+    pub acc: Accessor,
+    /// Hash of the whole path from the root to this node.
+    pub hash: u64,
+}
+
+/// The display path of the last parent seen; see [`Arena::write_display_path_cached`].
+#[derive(Default)]
+pub struct DisplayCache {
+    parent: Option<u32>,
+    text: Text,
+}
+
+/// A prefix tree of paths. Node 0 is the empty path (the root object itself).
+pub struct Arena {
+    pub nodes: Vec<Node>,
+    /// a walk went through a mapping's own `items()`, which may yield a key twice: the same path
+    /// can then occur more than once
+    pub may_repeat: bool,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Arena {
+    pub fn new() -> Arena {
+        Arena {
+            may_repeat: false,
+            nodes: vec![Node {
+                parent: u32::MAX,
+                depth: 0,
+                kind: Kind::Sequence,
+                acc: Accessor::Int(0),
+                hash: ROOT_HASH,
+            }],
+        }
+    }
+
+    pub fn with_capacity(n: usize) -> Arena {
+        let mut a = Arena {
+            nodes: Vec::with_capacity(n + 1),
+            may_repeat: false,
+        };
+        a.nodes.push(Node {
+            parent: u32::MAX,
+            depth: 0,
+            kind: Kind::Sequence,
+            acc: Accessor::Int(0),
+            hash: ROOT_HASH,
+        });
+        a
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.len() <= 1
+    }
+
+    /// Append a step below `parent`, given the accessor's Python hash.
+    #[inline]
+    pub fn push_hashed(
+        &mut self,
+        parent: u32,
+        acc: Accessor,
+        kind: Kind,
+        acc_hash: isize,
+    ) -> PyResult<u32> {
+        let p = &self.nodes[parent as usize];
+        let hash = mix(mix(p.hash, acc_hash as u64), kind as u64 + 1);
+        let depth = p.depth + 1;
+        let id = u32::try_from(self.nodes.len()).map_err(|_| {
+            PyValueError::new_err("too many paths in one structure (more than 4 billion)")
+        })?;
+        self.nodes.push(Node {
+            parent,
+            depth,
+            kind,
+            acc,
+            hash,
+        });
+        Ok(id)
+    }
+
+    #[inline]
+    pub fn push(
+        &mut self,
+        py: Python<'_>,
+        parent: u32,
+        acc: Accessor,
+        kind: Kind,
+    ) -> PyResult<u32> {
+        let h = acc.py_hash(py)?;
+        self.push_hashed(parent, acc, kind, h)
+    }
+
+    #[inline]
+    pub fn node(&self, id: u32) -> &Node {
+        &self.nodes[id as usize]
+    }
+
+    /// The steps from the root down to `id`.
+    pub fn chain(&self, id: u32) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.node(id).depth as usize);
+        let mut cur = id;
+        while cur != ROOT {
+            out.push(cur);
+            cur = self.node(cur).parent;
+        }
+        out.reverse();
+        out
+    }
+
+    /// The first step's node of `id`'s path, if the path is not empty.
+    pub fn root_step(&self, id: u32) -> Option<u32> {
+        let mut cur = id;
+        if cur == ROOT {
+            return None;
+        }
+        loop {
+            let p = self.node(cur).parent;
+            if p == ROOT {
+                return Some(cur);
+            }
+            cur = p;
+        }
+    }
+
+    /// Copy the path `id` of `src` into this arena (sharing nothing), returning the new node.
+    pub fn import(&mut self, py: Python<'_>, src: &Arena, id: u32) -> PyResult<u32> {
+        let mut cur = ROOT;
+        for step in src.chain(id) {
+            let n = src.node(step);
+            let acc = n.acc.clone_ref(py);
+            let h = n.acc.py_hash(py)?;
+            cur = self.push_hashed(cur, acc, n.kind, h)?;
+        }
+        Ok(cur)
+    }
+
+    /// `Locator.display_path`: a Python-like rendering of the path.
+    pub fn display_path<'py>(
+        &self,
+        py: Python<'py>,
+        id: u32,
+        is_output: bool,
+    ) -> PyResult<Bound<'py, PyString>> {
+        let mut out = Text::new();
+        self.write_display_path(py, id, is_output, &mut out)?;
+        out.to_py(py)
+    }
+
+    /// `display_path` for error messages (lone surrogates shown as U+FFFD).
+    pub fn display_path_lossy(&self, py: Python<'_>, id: u32, is_output: bool) -> String {
+        let mut out = Text::new();
+        match self.write_display_path(py, id, is_output, &mut out) {
+            Ok(()) => out.lossy().into_owned(),
+            Err(_) => String::new(),
+        }
+    }
+
+    pub fn write_display_path(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        is_output: bool,
+        out: &mut Text,
+    ) -> PyResult<()> {
+        let start = out.len();
+        if is_output {
+            out.push_str("output");
+        }
+        for (index, step) in self.chain(id).into_iter().enumerate() {
+            self.write_step(py, step, index, is_output, start, out)?;
+        }
+        Ok(())
+    }
+
+    /// Append step `step` (the `index`-th of its path) to a display path that began at `start`.
+    fn write_step(
+        &self,
+        py: Python<'_>,
+        step: u32,
+        index: usize,
+        is_output: bool,
+        start: usize,
+        out: &mut Text,
+    ) -> PyResult<()> {
+        let n = self.node(step);
+        match n.kind {
+            Kind::Dataclass | Kind::UserType => {
+                out.push('.');
+                n.acc.format(py, out)?;
+            }
+            _ if !is_output && index == 0 && is_identifier(py, &n.acc)? => {
+                // the reference writes `str(accessor)` here, `format(accessor, "")` elsewhere
+                out.truncate(start);
+                match &n.acc {
+                    Accessor::Obj(o) => out.push_py(&o.bind(py).str()?)?,
+                    acc => acc.format(py, out)?,
+                }
+            }
+            Kind::Sequence => {
+                out.push('[');
+                n.acc.format(py, out)?;
+                out.push(']');
+            }
+            Kind::Dict => {
+                if n.acc.is_str(py) {
+                    out.push_str("[\"");
+                    n.acc.format(py, out)?;
+                    out.push_str("\"]");
+                } else {
+                    out.push('[');
+                    n.acc.format(py, out)?;
+                    out.push(']');
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `display_path` for many nodes in walk order: the parent's text is kept between calls, so
+    /// siblings cost one step each.
+    pub fn write_display_path_cached(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        is_output: bool,
+        cache: &mut DisplayCache,
+        out: &mut Text,
+    ) -> PyResult<()> {
+        let n = self.node(id);
+        if id == ROOT || n.parent == ROOT {
+            return self.write_display_path(py, id, is_output, out);
+        }
+        if cache.parent != Some(n.parent) {
+            cache.text.clear();
+            self.write_display_path(py, n.parent, is_output, &mut cache.text)?;
+            cache.parent = Some(n.parent);
+        }
+        let start = out.len();
+        out.push_text(&cache.text);
+        self.write_step(py, id, n.depth as usize - 1, is_output, start, out)
+    }
+
+    /// `Locator.path`: the accessors alone; a single step is returned bare.
+    pub fn semantic_path<'py>(&self, py: Python<'py>, id: u32) -> PyResult<Bound<'py, PyAny>> {
+        let chain = self.chain(id);
+        if chain.len() == 1 {
+            return Ok(self.node(chain[0]).acc.to_py(py));
+        }
+        Ok(PyTuple::new(py, chain.iter().map(|&s| self.node(s).acc.to_py(py)))?.into_any())
+    }
+
+    /// The reference's `_access_path`: a tuple of `(accessor, ObjectType)` pairs.
+    pub fn access_path<'py>(&self, py: Python<'py>, id: u32) -> PyResult<Bound<'py, PyTuple>> {
+        let it = interp(py)?;
+        let items = self
+            .chain(id)
+            .into_iter()
+            .map(|s| {
+                let n = self.node(s);
+                PyTuple::new(
+                    py,
+                    [
+                        n.acc.to_py(py),
+                        it.object_types[n.kind as usize].bind(py).clone(),
+                    ],
+                )
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, items)
+    }
+}
+
+fn is_identifier(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
+    match acc {
+        Accessor::Int(_) => Ok(false),
+        Accessor::Str(s) => {
+            let s = s.bind(py);
+            match s.to_str() {
+                Ok(text) if text.is_ascii() => {
+                    let b = text.as_bytes();
+                    Ok(!b.is_empty()
+                        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+                        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_'))
+                }
+                _ => s
+                    .call_method0(pyo3::intern!(py, "isidentifier"))?
+                    .is_truthy(),
+            }
+        }
+        Accessor::Obj(o) => {
+            let o = o.bind(py);
+            if o.is_instance_of::<PyString>() {
+                o.call_method0(pyo3::intern!(py, "isidentifier"))?
+                    .is_truthy()
+            } else {
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Equality of path `a` in `aa` and path `b` in `ba`, step by step from the leaves up.
+pub fn path_eq(py: Python<'_>, aa: &Arena, mut a: u32, ba: &Arena, mut b: u32) -> PyResult<bool> {
+    if std::ptr::eq(aa, ba) && a == b {
+        return Ok(true);
+    }
+    loop {
+        let (na, nb) = (aa.node(a), ba.node(b));
+        if na.hash != nb.hash || na.depth != nb.depth {
+            return Ok(false);
+        }
+        if a == ROOT {
+            return Ok(b == ROOT);
+        }
+        if na.kind != nb.kind || !na.acc.eq(py, &nb.acc)? {
+            return Ok(false);
+        }
+        a = na.parent;
+        b = nb.parent;
+        if std::ptr::eq(aa, ba) && a == b {
+            return Ok(true);
+        }
+    }
+}
+
+pub fn hash_to_isize(h: u64) -> isize {
+    let v = h as isize;
+    if v == -1 {
+        -2
+    } else {
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_hashes_depend_on_order_and_kind() {
+        let a = mix(mix(ROOT_HASH, 1), 2);
+        let b = mix(mix(ROOT_HASH, 2), 1);
+        assert_ne!(a, b);
+        assert_ne!(
+            mix(mix(ROOT_HASH, 7), Kind::Sequence as u64 + 1),
+            mix(mix(ROOT_HASH, 7), Kind::Dict as u64 + 1)
+        );
+    }
+
+    #[test]
+    fn hash_values_never_return_minus_one() {
+        assert_eq!(hash_to_isize(u64::MAX), -2);
+        assert_eq!(hash_to_isize(7), 7);
+    }
+}

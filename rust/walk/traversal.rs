@@ -1,0 +1,492 @@
+//! Walking nested arguments: dicts, UserDicts, lists, tuples, dataclasses and registered user
+//! types, in the reference's order, without recursion (any depth fits) and without hanging on
+//! cycles (a container met again inside itself is an error naming the path where it happens).
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
+
+use super::memo::{dict_entry, FieldList, InfoRef, Memo, MemoRef, OnStack, NOT_DIRECT};
+use super::registry::{TypeInfo, Walk};
+use crate::paths::{rich_eq, Accessor, Arena, Kind, Locator, ROOT};
+
+/// The deepest nesting accepted; deeper structures are rejected with a `ValueError`.
+pub const MAX_DEPTH: usize = 1_000_000;
+
+/// Receives the leaves of a walk.
+pub trait Visitor {
+    /// `value` sits at step `(parent, acc, kind)`; `under_cache_position` says whether the
+    /// path's first step is `"cache_position"`. Push the step into `arena` to keep a locator.
+    #[allow(clippy::too_many_arguments)]
+    fn leaf(
+        &mut self,
+        py: Python<'_>,
+        arena: &mut Arena,
+        step: Option<(u32, Accessor, Kind)>,
+        value: &Bound<'_, PyAny>,
+        info: &TypeInfo,
+        under_cache_position: bool,
+    ) -> PyResult<()>;
+}
+
+enum Source<'py> {
+    /// a list, the next index, and whether to prefetch ahead (long lists, a fast tensor reader)
+    List(Bound<'py, PyList>, usize, Option<Lookahead>),
+    Tuple(Bound<'py, PyTuple>, usize, Option<Lookahead>),
+    /// a dict, the `PyDict_Next` position, its size at the start, and how many items are left
+    Dict(
+        Bound<'py, PyDict>,
+        ffi::Py_ssize_t,
+        ffi::Py_ssize_t,
+        ffi::Py_ssize_t,
+    ),
+    Seq(Bound<'py, PyIterator>, i64),
+    Items(Bound<'py, PyIterator>),
+    /// attribute fields; with the instance dict and which fields may be read from it directly
+    Fields(
+        Bound<'py, PyAny>,
+        FieldList,
+        usize,
+        Kind,
+        Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
+    ),
+}
+
+/// Prefetching for long lists of tensors: a walk that reads a million tensors scattered over
+/// memory otherwise waits on a cache miss for each tensor's object. At item `i` the object of
+/// item `i + FAR` is requested.
+#[derive(Clone, Copy)]
+struct Lookahead;
+
+impl Lookahead {
+    const FAR: usize = 16;
+
+    fn for_len(py: Python<'_>, len: usize) -> PyResult<Option<Lookahead>> {
+        Ok((len > Self::FAR && crate::reader::fast_selected(py)?).then_some(Lookahead))
+    }
+
+    /// Prefetch ahead of item `i` of a sequence of `len` items read by `item`.
+    #[inline]
+    fn run(&self, len: usize, i: usize, item: impl Fn(usize) -> *mut ffi::PyObject) {
+        if i + Self::FAR < len {
+            crate::reader::prefetch(item(i + Self::FAR) as *const u8);
+        }
+    }
+}
+
+struct Frame<'py> {
+    src: Source<'py>,
+    node: u32,
+    only_tensors: bool,
+    ptr: usize,
+}
+
+impl<'py> Source<'py> {
+    fn next(&mut self, py: Python<'py>) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
+        match self {
+            Source::List(l, i, ahead) => {
+                if *i >= l.len() {
+                    return Ok(None);
+                }
+                if let Some(ahead) = ahead {
+                    // SAFETY: `run` asks only for indices below the length, with the GIL held
+                    ahead.run(l.len(), *i, |j| unsafe {
+                        ffi::PyList_GET_ITEM(l.as_ptr(), j as ffi::Py_ssize_t)
+                    });
+                }
+                let v = l.get_item(*i)?;
+                *i += 1;
+                Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
+            }
+            Source::Tuple(t, i, ahead) => {
+                if *i >= t.len() {
+                    return Ok(None);
+                }
+                if let Some(ahead) = ahead {
+                    // SAFETY: as for lists
+                    ahead.run(t.len(), *i, |j| unsafe {
+                        ffi::PyTuple_GET_ITEM(t.as_ptr(), j as ffi::Py_ssize_t)
+                    });
+                }
+                let v = t.get_item(*i)?;
+                *i += 1;
+                Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
+            }
+            Source::Dict(d, pos, len, left) => {
+                // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
+                let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+                let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+                let now = unsafe { ffi::PyDict_Size(d.as_ptr()) };
+                if now != *len {
+                    return Err(PyRuntimeError::new_err(
+                        "dictionary changed size during iteration",
+                    ));
+                }
+                if unsafe { ffi::PyDict_Next(d.as_ptr(), pos, &mut k, &mut v) } == 0 {
+                    return Ok(None);
+                }
+                // as a dict iterator does: more items than the dict had means keys were replaced
+                if *left == 0 {
+                    return Err(PyRuntimeError::new_err(
+                        "dictionary keys changed during iteration",
+                    ));
+                }
+                *left -= 1;
+                let key = unsafe { Bound::from_borrowed_ptr(py, k) };
+                let value = unsafe { Bound::from_borrowed_ptr(py, v) };
+                Ok(Some((Accessor::from_py(&key), value, Kind::Dict)))
+            }
+            Source::Seq(it, i) => match it.next() {
+                None => Ok(None),
+                Some(v) => {
+                    *i += 1;
+                    Ok(Some((Accessor::Int(*i - 1), v?, Kind::Sequence)))
+                }
+            },
+            Source::Items(it) => match it.next() {
+                None => Ok(None),
+                Some(pair) => {
+                    let pair = pair?;
+                    let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.extract()?;
+                    Ok(Some((Accessor::from_py(&k), v, Kind::Dict)))
+                }
+            },
+            Source::Fields(obj, fields, i, kind, direct) => match fields.get(*i) {
+                None => Ok(None),
+                Some(name) => {
+                    let name = name.bind(py);
+                    let from_dict = match direct {
+                        Some((dict, how)) if how[*i] != NOT_DIRECT => {
+                            dict_entry(py, dict, name, how[*i])?
+                        }
+                        _ => None,
+                    };
+                    *i += 1;
+                    let v = match from_dict {
+                        Some(v) => v,
+                        None => obj.getattr(name)?,
+                    };
+                    Ok(Some((Accessor::Str(name.clone().unbind()), v, *kind)))
+                }
+            },
+        }
+    }
+}
+
+fn open<'py>(
+    py: Python<'py>,
+    memo: &mut Memo,
+    obj: &Bound<'py, PyAny>,
+    info: InfoRef,
+) -> PyResult<Source<'py>> {
+    Ok(match info.walk {
+        Walk::List => {
+            let l = obj.downcast::<PyList>()?.clone();
+            let ahead = Lookahead::for_len(py, l.len())?;
+            Source::List(l, 0, ahead)
+        }
+        Walk::Tuple => {
+            let t = obj.downcast::<PyTuple>()?.clone();
+            let ahead = Lookahead::for_len(py, t.len())?;
+            Source::Tuple(t, 0, ahead)
+        }
+        Walk::Dict => {
+            let d = obj.downcast::<PyDict>()?.clone();
+            let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
+            Source::Dict(d, 0, len, len)
+        }
+        Walk::Sequence => Source::Seq(obj.try_iter()?, 0),
+        Walk::Mapping => mapping_source(py, obj, &info)?,
+        Walk::Dataclass => Source::Fields(
+            obj.clone(),
+            FieldList::Shared(info),
+            0,
+            Kind::Dataclass,
+            None,
+        ),
+        Walk::UserType => {
+            let ty = obj.get_type();
+            let class = memo.class_fields(py, &ty)?;
+            let found = memo.instance_fields(py, obj, &ty, &class)?;
+            let fields = found.own.unwrap_or(FieldList::Class(class));
+            Source::Fields(obj.clone(), fields, 0, Kind::UserType, found.direct)
+        }
+        Walk::Leaf => unreachable!("leaves are not opened"),
+    })
+}
+
+/// The layout of CPython's dict views (`_PyDictViewObject`): the object header, then the dict.
+#[repr(C)]
+struct DictView {
+    ob_base: ffi::PyObject,
+    dv_dict: *mut ffi::PyObject,
+}
+
+/// A dict that holds exactly what walking `.items()` of the mapping `obj` would yield, in order:
+/// the `data` of a plain `UserDict` subclass (without calling anything), or the dict behind the
+/// `dict_items` view that `.items()` returned (a `BatchEncoding` returns `self.data.items()`, a dict
+/// subclass that keeps `dict.items` returns its own), iterated without calling anything, as the view is.
+/// Otherwise the items are iterated as Python iterates them.
+fn mapping_source<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    info: &TypeInfo,
+) -> PyResult<Source<'py>> {
+    let dict_source = |d: Bound<'py, PyDict>| {
+        // SAFETY: the size of a dict we hold
+        let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
+        Source::Dict(d, 0, len, len)
+    };
+    if info.user_dict_data_valid(&obj.get_type()) {
+        if let Some(d) = user_dict_data(py, obj) {
+            return Ok(dict_source(d));
+        }
+    }
+    let items = obj.call_method0(pyo3::intern!(py, "items"))?;
+    // SAFETY: an exact `dict_items` object has the `_PyDictViewObject` layout; its dict is alive
+    // while the view is, and `from_borrowed_ptr` takes our own reference to it
+    unsafe {
+        if ffi::PyDictItems_Check(items.as_ptr()) != 0 {
+            let dict = (*(items.as_ptr() as *const DictView)).dv_dict;
+            if !dict.is_null() && ffi::PyDict_Check(dict) != 0 {
+                return Ok(dict_source(
+                    Bound::from_borrowed_ptr(py, dict).downcast_into_unchecked(),
+                ));
+            }
+        }
+    }
+    Ok(Source::Items(items.try_iter()?))
+}
+
+/// `obj.data` of a plain `UserDict` subclass instance when it is an exact dict and the instance
+/// does not shadow `items`; `None` otherwise (the caller then calls `.items()`).
+fn user_dict_data<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyDict>> {
+    // SAFETY: new reference or NULL with an exception set; the type uses the generic lookup
+    let dict = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyObject_GenericGetDict(obj.as_ptr(), std::ptr::null_mut()),
+        )
+    };
+    let dict = match dict {
+        Ok(d) => d.downcast_into_exact::<PyDict>().ok()?,
+        Err(_) => return None, // no instance dict: let `.items()` say what happens
+    };
+    if dict.contains(pyo3::intern!(py, "items")).ok()? {
+        return None;
+    }
+    dict.get_item(pyo3::intern!(py, "data"))
+        .ok()??
+        .downcast_into_exact::<PyDict>()
+        .ok()
+}
+
+fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
+    match acc {
+        Accessor::Str(s) => {
+            // a str whose content hash is known and differs from "cache_position"'s is another
+            // string (the common case: no comparison)
+            static CP_HASH: GILOnceCell<isize> = GILOnceCell::new();
+            let cp = *CP_HASH.get_or_try_init(py, || PyString::new(py, "cache_position").hash())?;
+            if let Some(h) = crate::paths::cached_str_hash(s.bind(py)) {
+                if h != cp {
+                    return Ok(false);
+                }
+            }
+            // SAFETY: a live str and a NUL-terminated ASCII literal; this comparison cannot fail
+            Ok(unsafe {
+                ffi::PyUnicode_CompareWithASCIIString(s.as_ptr(), c"cache_position".as_ptr()) == 0
+            })
+        }
+        Accessor::Int(_) => Ok(false),
+        Accessor::Obj(o) => rich_eq(o.bind(py), &PyString::new(py, "cache_position")),
+    }
+}
+
+/// Walk `root`, handing every leaf to `visitor` and building container paths in `arena`.
+pub fn walk<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+) -> PyResult<()> {
+    let mut memo = Memo::take(py);
+    let result = walk_with(py, root, only_tensors, arena, visitor, &mut memo);
+    Memo::put_back(memo);
+    result
+}
+
+fn walk_with<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+    memo: &mut Memo,
+) -> PyResult<()> {
+    let info = memo.info(py, &root.get_type())?;
+    if info.ignored {
+        return Ok(());
+    }
+    if info.walk == Walk::Leaf {
+        let info = memo.leaf_info(py, info, root)?;
+        if !only_tensors || info.is_tensor {
+            visitor.leaf(py, arena, None, root, &info, false)?;
+        }
+        return Ok(());
+    }
+    let mut on_stack = std::mem::take(&mut memo.on_stack);
+    on_stack.clear();
+    let result = walk_frames(
+        py,
+        root,
+        only_tensors,
+        arena,
+        visitor,
+        memo,
+        &mut on_stack,
+        info,
+    );
+    on_stack.clear();
+    memo.on_stack = on_stack;
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_frames<V: Visitor>(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    only_tensors: bool,
+    arena: &mut Arena,
+    visitor: &mut V,
+    memo: &mut Memo,
+    on_stack: &mut OnStack,
+    info: InfoRef,
+) -> PyResult<()> {
+    let root_ptr = root.as_ptr() as usize;
+    on_stack.insert(root_ptr, ROOT);
+    let src = open(py, memo, root, info)?;
+    arena.may_repeat |= matches!(src, Source::Items(_));
+    let mut stack = Vec::with_capacity(8);
+    stack.push(Frame {
+        src,
+        node: ROOT,
+        only_tensors: info.only_tensors.unwrap_or(only_tensors),
+        ptr: root_ptr,
+    });
+    // whether the first step of the current path is "cache_position"
+    let mut under_cp = false;
+    while let Some(frame) = stack.last_mut() {
+        let Some((acc, value, kind)) = frame.src.next(py)? else {
+            let done = stack.pop().expect("non-empty");
+            on_stack.remove(&done.ptr);
+            continue;
+        };
+        let parent = frame.node;
+        let frame_only = frame.only_tensors;
+        let info = memo.info(py, &value.get_type())?;
+        if info.ignored {
+            continue;
+        }
+        if parent == ROOT {
+            under_cp = is_cache_position(py, &acc)?;
+        }
+        if info.walk == Walk::Leaf {
+            let info = memo.leaf_info(py, info, &value)?;
+            if !frame_only || info.is_tensor {
+                visitor.leaf(
+                    py,
+                    arena,
+                    Some((parent, acc, kind)),
+                    &value,
+                    &info,
+                    under_cp,
+                )?;
+            }
+            continue;
+        }
+        let node = arena.push(py, parent, acc, kind)?;
+        let ptr = value.as_ptr() as usize;
+        if let Some(&ancestor) = on_stack.get(&ptr) {
+            return Err(PyValueError::new_err(format!(
+                "cyclic structure: {} is the same {} object as its enclosing {}; aitune_fast cannot describe an argument that contains itself",
+                display(py, arena, node),
+                value.get_type().name()?,
+                if ancestor == ROOT { "root argument".to_string() } else { display(py, arena, ancestor) },
+            )));
+        }
+        if stack.len() >= MAX_DEPTH {
+            return Err(PyValueError::new_err(format!(
+                "argument nested deeper than {MAX_DEPTH} levels (at {})",
+                display(py, arena, node)
+            )));
+        }
+        on_stack.insert(ptr, node);
+        let src = open(py, memo, &value, info)?;
+        // a mapping read through its own `items()` may yield a key twice
+        arena.may_repeat |= matches!(src, Source::Items(_));
+        stack.push(Frame {
+            src,
+            node,
+            only_tensors: info.only_tensors.unwrap_or(frame_only),
+            ptr,
+        });
+    }
+    Ok(())
+}
+
+fn display(py: Python<'_>, arena: &Arena, node: u32) -> String {
+    let text = arena.display_path_lossy(py, node, false);
+    if text.is_empty() {
+        "the root".into()
+    } else {
+        text
+    }
+}
+
+struct Collect {
+    leaves: Vec<(u32, Py<PyAny>)>,
+}
+
+impl Visitor for Collect {
+    fn leaf(
+        &mut self,
+        py: Python<'_>,
+        arena: &mut Arena,
+        step: Option<(u32, Accessor, Kind)>,
+        value: &Bound<'_, PyAny>,
+        _info: &TypeInfo,
+        _cp: bool,
+    ) -> PyResult<()> {
+        let node = match step {
+            Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
+            None => ROOT,
+        };
+        self.leaves.push((node, value.clone().unbind()));
+        Ok(())
+    }
+}
+
+/// `Locator.find_leaves`: a list of `(Locator, leaf)` pairs.
+pub fn find_leaves<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    only_tensors: bool,
+    is_output: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut arena = Arena::new();
+    let mut c = Collect { leaves: Vec::new() };
+    walk(py, obj, only_tensors, &mut arena, &mut c)?;
+    let arena = Arc::new(arena);
+    let out = PyList::empty(py);
+    for (node, value) in c.leaves {
+        let loc = Bound::new(py, Locator::new_in(arena.clone(), node, is_output))?;
+        out.append(PyTuple::new(py, [loc.into_any(), value.into_bound(py)])?)?;
+    }
+    Ok(out)
+}
