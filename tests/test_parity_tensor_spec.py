@@ -330,6 +330,26 @@ def test_max_batch_size_is_one_and_min_batch_size_none_without_batch_axes(ref, f
         assert (spec.get_max_batch_size(), spec.get_min_batch_size()) == (1, None)
 
 
+@pytest.mark.parametrize(
+    ("shape", "min_shape", "multipliers"),
+    [
+        (["batch0", 3], ["x", 3], [1.0, 1.5]),  # min_shape holds a string: the query does not read it
+        (["batch0", 3], [2, 3], [1.0, "x"]),  # a non-batch axis's multiplier: not read either
+        ([2.5, "batch1"], [2, 3], [NAN, 2.0]),  # a float size is no batch axis
+        ([2, 3], [2, 3], []),  # no batch axis: the multipliers are not read
+    ],
+)
+def test_batch_axis_multipliers_read_only_the_shape_and_the_batch_axes_multipliers(
+    ref, fast, shape, min_shape, multipliers
+):
+    def run(impl):
+        spec = make_spec(impl, shape, min_shape, [9] * len(shape), multipliers=multipliers)
+        return outcome(spec.get_batch_axis_multipliers)
+
+    assert run(fast) == run(ref)
+    assert run(fast)[0] == "ok"
+
+
 def test_batch_axis_with_nan_multiplier_cannot_be_converted(ref, fast):
     assert_raises_alike(
         lambda: make_spec(ref, ["batch0"], [1], [2]).get_batch_axis_multipliers(),

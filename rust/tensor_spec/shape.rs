@@ -107,6 +107,19 @@ impl Dim {
     }
 }
 
+/// A batch axis's multiplier as the reference's `int(multiplier)`: truncated; NaN and infinity raise.
+pub fn batch_multiplier(m: f64) -> PyResult<i64> {
+    if m.is_nan() {
+        return Err(PyValueError::new_err("cannot convert float NaN to integer"));
+    }
+    if m.is_infinite() {
+        return Err(PyOverflowError::new_err(
+            "cannot convert float infinity to integer",
+        ));
+    }
+    Ok(m.trunc() as i64)
+}
+
 /// Whether `v` is a torch.SymInt/SymFloat (a size or multiplier of a traced tensor).
 pub fn is_symbolic(v: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = v.py();
@@ -210,15 +223,7 @@ impl Spec {
                 let m = *self.mult.get(i).ok_or_else(|| {
                     PyValueError::new_err("_bs_multipliers must be as long as shape")
                 })?;
-                if m.is_nan() {
-                    return Err(PyValueError::new_err("cannot convert float NaN to integer"));
-                }
-                if m.is_infinite() {
-                    return Err(PyOverflowError::new_err(
-                        "cannot convert float infinity to integer",
-                    ));
-                }
-                out.push((i, m.trunc() as i64));
+                out.push((i, batch_multiplier(m)?));
             }
         }
         Ok(out)
