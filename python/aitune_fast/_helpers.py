@@ -202,6 +202,74 @@ def _batch_group(tensors: list[torch.Tensor], sizes: tuple[int, ...], torch: Any
     return torch.unbind_copy(view, 0)
 
 
+def _batch_alone(
+    tensor: torch.Tensor, spec: TensorSpec, multipliers: dict[int, int], batch_size: int, torch: Any
+) -> Any:
+    """`tensor` batched on its own: a fresh tensor, or None where no axis changes."""
+    result = _fresh_batch(tensor, multipliers, batch_size, torch, (torch.Tensor, torch.nn.Parameter))
+    if result is NotImplemented:
+        candidate, aliases = _batch(tensor, spec, batch_size)
+        result = candidate.clone() if aliases and candidate is not tensor else candidate
+    if result is tensor:
+        return None
+    if tensor.requires_grad:
+        result.requires_grad_(True)
+    return result
+
+
+def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tuple[list[Any], list[Any]]:
+    """`(batched, read)`: for each `(locator, spec)` with batch axes, the value read from `inputs` and, where it is
+    a tensor that changes shape, its batched copy (None elsewhere). Each locator is read once, in order.
+
+    Small plain tensors of one shape, dtype, device and batch axes are batched together (`_batch_group`);
+    the others (autograd, subclasses, other layouts, non-contiguous, negative or conjugate views, complex or
+    quantized dtypes, large tensors) one at a time (`_batch_alone`)."""
+    tensor_type = torch.Tensor
+    strided = torch.strided
+    batched: list[Any] = [None] * len(pairs)
+    read: list[Any] = [None] * len(pairs)
+    groups: dict[Any, list[int]] = {}  # (shape, dtype, device, *batch axes) -> indices
+    for index, (locator, spec) in enumerate(pairs):
+        multipliers = spec.get_batch_axis_multipliers()
+        if not multipliers:
+            continue
+        tensor = read[index] = locator.get_value(inputs)
+        if (
+            type(tensor) is tensor_type
+            and not tensor.requires_grad
+            and tensor.layout is strided
+            and not tensor.is_nested
+            and tensor.is_contiguous()
+            and not tensor.is_neg()
+        ):
+            key = (tensor.shape, tensor.dtype, tensor.device, *multipliers.items())
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [index]
+            else:
+                group.append(index)
+        elif isinstance(tensor, tensor_type):
+            batched[index] = _batch_alone(tensor, spec, multipliers, batch_size, torch)
+    group_dtypes = _group_dtypes(torch)
+    for (_, dtype, _, *axes), indices in groups.items():
+        first = read[indices[0]]
+        multipliers = dict(axes)
+        sizes = _target_sizes(first, multipliers, batch_size)
+        if sizes is None:
+            continue  # no axis changes
+        nbytes = first.numel() * dtype.itemsize
+        if sizes is NotImplemented or len(indices) == 1 or dtype not in group_dtypes or nbytes > _GROUP_TENSOR_BYTES:
+            for index in indices:
+                batched[index] = _batch_alone(read[index], pairs[index][1], multipliers, batch_size, torch)
+            continue
+        per_stack = max(1, _GROUP_STACK_BYTES // max(1, nbytes))
+        for start in range(0, len(indices), per_stack):
+            chunk = indices[start : start + per_stack]
+            for index, result in zip(chunk, _batch_group([read[i] for i in chunk], sizes, torch), strict=True):
+                batched[index] = result
+    return batched, read
+
+
 def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
     """`SampleMetadata.make_batch`: a deep copy of `inputs` whose tensors are batched.
 
@@ -218,67 +286,18 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     # Each locator is read once and set once, as the reference does on its copy (user-type getters
     # may count or have side effects): a tensor with batch axes is read from `inputs` (to batch it
     # before the copy), any other from the copy.
-    batched_of: list[Any] = []
-    read: list[Any] = []  # the tensor read from `inputs`, or None where the copy is read instead
+    with torch.no_grad():  # the results must not hang on the input's autograd graph
+        batched_of, read = _batch_all(pairs, inputs, batch_size, torch)
     watched: dict[int, Any] = {}
     replaced: dict[int, int] = {}
     shortcut = True
-    tensor_type = torch.Tensor
-    plain = (torch.Tensor, torch.nn.Parameter)
-    strided = torch.strided
-    group_dtypes = _group_dtypes(torch)
-    groups: dict[Any, list[int]] = {}  # (shape, batched shape, dtype, device) -> indices into batched_of
-    with torch.no_grad():  # the results must not hang on the input's autograd graph
-        for index, (locator, spec) in enumerate(pairs):
-            tensor = None
-            result = None
-            multipliers = spec.get_batch_axis_multipliers()
-            if multipliers:
-                tensor = locator.get_value(inputs)
-            if multipliers and isinstance(tensor, tensor_type):
-                if (
-                    type(tensor) is tensor_type
-                    and not tensor.requires_grad
-                    and tensor.layout is strided
-                    and tensor.dtype in group_dtypes
-                    and not tensor.is_nested
-                    and tensor.is_contiguous()
-                    and not tensor.is_neg()
-                    and tensor.numel() * tensor.dtype.itemsize <= _GROUP_TENSOR_BYTES
-                ):
-                    sizes = _target_sizes(tensor, multipliers, batch_size)
-                    if sizes is None:
-                        result = tensor
-                    elif sizes is not NotImplemented:
-                        groups.setdefault((tensor.shape, sizes, tensor.dtype, tensor.device), []).append(index)
-                        result = groups  # a placeholder, replaced below
-                if result is None:
-                    result = _fresh_batch(tensor, multipliers, batch_size, torch, plain)
-                if result is NotImplemented:
-                    candidate, aliases = _batch(tensor, spec, batch_size)
-                    result = candidate.clone() if aliases and candidate is not tensor else candidate
-                if result is tensor:
-                    result = None
-                else:
-                    if tensor.requires_grad:  # a tensor that does not is always a leaf
-                        if not tensor.is_leaf:
-                            shortcut = False
-                        result.requires_grad_(True)
-                    key = id(tensor)
-                    watched[key] = tensor  # stands in until the locator is set below
-                    replaced[key] = replaced.get(key, 0) + 1
-            batched_of.append(result)
-            read.append(tensor)
-        for (_, sizes, _, _), indices in groups.items():
-            first = read[indices[0]]
-            if len(indices) == 1:
-                batched_of[indices[0]] = _resized_copy(first, sizes, torch)
-                continue
-            per_stack = max(1, _GROUP_STACK_BYTES // max(1, first.numel() * first.dtype.itemsize))
-            for start in range(0, len(indices), per_stack):
-                chunk = indices[start : start + per_stack]
-                for index, result in zip(chunk, _batch_group([read[i] for i in chunk], sizes, torch), strict=True):
-                    batched_of[index] = result
+    for tensor, result in zip(read, batched_of, strict=True):
+        if result is not None:
+            if tensor.requires_grad and not tensor.is_leaf:  # a tensor that does not is always a leaf
+                shortcut = False
+            key = id(tensor)
+            watched[key] = tensor  # stands in until the locator is set below
+            replaced[key] = replaced.get(key, 0) + 1
     memo: dict[int, Any] = {}
     if shortcut and watched:
         counting = _CountingMemo(watched)
