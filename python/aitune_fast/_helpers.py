@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections import Counter
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -95,18 +96,19 @@ def _batch(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int) -> tu
 
 
 class _CountingMemo(dict):
-    """A deep-copy memo that counts how often the copy meets each of some objects."""
+    """A deep-copy memo that notes each time the copy meets one of some objects (`met`: their ids)."""
 
     def __init__(self, watched: dict[int, Any]) -> None:
         super().__init__()
         self.watched = watched
-        self.met: dict[int, int] = {}
+        self.met: list[int] = []
 
     def get(self, key: int, default: Any = None) -> Any:
-        if key in self.watched:
-            self.met[key] = self.met.get(key, 0) + 1
-            return self.watched[key]
-        return super().get(key, default)
+        found = self.watched.get(key)  # the watched objects are tensors, never None
+        if found is not None:
+            self.met.append(key)
+            return found
+        return dict.get(self, key, default)
 
 
 def _fresh_batch(
@@ -217,9 +219,10 @@ def _batch_alone(
     return result
 
 
-def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tuple[list[Any], list[Any]]:
-    """`(batched, read)`: for each `(locator, spec)` with batch axes, the value read from `inputs` and, where it is
-    a tensor that changes shape, its batched copy (None elsewhere). Each locator is read once, in order.
+def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tuple[list[Any], list[Any], bool]:
+    """`(batched, read, all_leaves)`: for each `(locator, spec)` with batch axes, the value read from `inputs` and,
+    where it is a tensor that changes shape, its batched copy (None elsewhere); and whether all the tensors that
+    change shape are autograd leaves (deep copy rejects the others). Each locator is read once, in order.
 
     Small plain tensors of one shape, dtype, device and batch axes are batched together (`_batch_group`);
     the others (autograd, subclasses, other layouts, non-contiguous, negative or conjugate views, complex or
@@ -229,6 +232,7 @@ def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tu
     batched: list[Any] = [None] * len(pairs)
     read: list[Any] = [None] * len(pairs)
     groups: dict[Any, list[int]] = {}  # (shape, dtype, device, *batch axes) -> indices
+    all_leaves = True
     for index, (locator, spec) in enumerate(pairs):
         multipliers = spec.get_batch_axis_multipliers()
         if not multipliers:
@@ -250,6 +254,9 @@ def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tu
                 group.append(index)
         elif isinstance(tensor, tensor_type):
             batched[index] = _batch_alone(tensor, spec, multipliers, batch_size, torch)
+            # a tensor that does not require grad is always a leaf
+            if batched[index] is not None and tensor.requires_grad and not tensor.is_leaf:
+                all_leaves = False
     group_dtypes = _group_dtypes(torch)
     for (_, dtype, _, *axes), indices in groups.items():
         first = read[indices[0]]
@@ -267,7 +274,7 @@ def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tu
             chunk = indices[start : start + per_stack]
             for index, result in zip(chunk, _batch_group([read[i] for i in chunk], sizes, torch), strict=True):
                 batched[index] = result
-    return batched, read
+    return batched, read, all_leaves
 
 
 def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
@@ -287,27 +294,18 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     # may count or have side effects): a tensor with batch axes is read from `inputs` (to batch it
     # before the copy), any other from the copy.
     with torch.no_grad():  # the results must not hang on the input's autograd graph
-        batched_of, read = _batch_all(pairs, inputs, batch_size, torch)
-    watched: dict[int, Any] = {}
-    replaced: dict[int, int] = {}
-    shortcut = True
-    for tensor, result in zip(read, batched_of, strict=True):
-        if result is not None:
-            if tensor.requires_grad and not tensor.is_leaf:  # a tensor that does not is always a leaf
-                shortcut = False
-            key = id(tensor)
-            watched[key] = tensor  # stands in until the locator is set below
-            replaced[key] = replaced.get(key, 0) + 1
+        batched_of, read, all_leaves = _batch_all(pairs, inputs, batch_size, torch)
+    changed = [tensor for tensor, result in zip(read, batched_of, strict=True) if result is not None]
+    watched = {id(tensor): tensor for tensor in changed}  # each stands in until its locator is set below
     memo: dict[int, Any] = {}
-    if shortcut and watched:
+    shortcut = all_leaves and bool(watched)
+    if shortcut:
         counting = _CountingMemo(watched)
         out = copy.deepcopy(inputs, counting)
-        if counting.met == replaced:
+        if Counter(counting.met) == Counter(map(id, changed)):
             memo = counting
         else:
             shortcut = False  # a resized tensor is also held somewhere no locator replaces
-    else:
-        shortcut = False
     if not shortcut:
         # the plain deep copy; tensors batched from `inputs` equal those batched from the copy
         out = copy.deepcopy(inputs, memo)
