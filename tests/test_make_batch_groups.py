@@ -168,3 +168,36 @@ def test_make_batch_of_a_grouped_tensor_also_held_elsewhere_leaves_that_referenc
     assert_same_tree(results[1]["x"], results[0]["x"])
     assert results[1]["holder"].tensor.shape == results[0]["holder"].tensor.shape == (3, 2)
     assert torch.equal(results[1]["holder"].tensor, results[0]["holder"].tensor)
+
+
+def test_make_batch_honours_locator_and_spec_subclasses(ref, fast):
+    """Overridden `get_value` and `get_batch_axis_multipliers` are called (make_batch reads exact ones in the core)."""
+
+    def run(impl):
+        calls = []
+
+        class Loc(impl.locator.Locator):
+            def get_value(self, obj):
+                calls.append("get_value")
+                return super().get_value(obj)
+
+        class Spec(impl.tensor_spec.TensorSpec):
+            def get_batch_axis_multipliers(self):
+                return {1: 2}  # not what the lists say
+
+        plain = impl.tensor_spec.TensorSpec
+        pairs = [
+            (Loc((("a", 1),)), Spec(["batch0", 4], [1, 4], [8, 4], torch.float32, [1.0, float("nan")])),
+            (impl.locator.Locator((("b", 1),)), plain(["batch0", 4], [1, 4], [8, 4], torch.float32, [1.0, 2.0])),
+            (Loc((("c", 1),)), plain(["batch0", 4], [1, 4], [8, 4], torch.float32, [1.0, 2.0])),
+        ]
+        md = impl.sample_metadata.SampleMetadata(pairs, ())
+        inputs = {"a": distinct((2, 4), 0), "b": distinct((2, 4), 1), "c": distinct((2, 4), 2)}
+        result = md.make_batch(inputs, 3)
+        assert_no_aliasing(result, inputs)
+        return result, len(calls)
+
+    results = [run(ref), run(fast)]
+    assert_same_tree(results[1][0], results[0][0])
+    assert results[1][0]["a"].shape == (2, 6) and results[1][0]["b"].shape == (3, 4)
+    assert results[1][1] == results[0][1] == 2

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections import Counter
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -219,7 +218,9 @@ def _batch_alone(
     return result
 
 
-def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tuple[list[Any], list[Any], bool]:
+def _batch_all(
+    metadata: SampleMetadata, pairs: list[Any], inputs: Any, batch_size: int, torch: Any
+) -> tuple[list[Any], list[Any], bool]:
     """`(batched, read, all_leaves)`: for each `(locator, spec)` with batch axes, the value read from `inputs` and,
     where it is a tensor that changes shape, its batched copy (None elsewhere); and whether all the tensors that
     change shape are autograd leaves (deep copy rejects the others). Each locator is read once, in order.
@@ -231,13 +232,10 @@ def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tu
     strided = torch.strided
     batched: list[Any] = [None] * len(pairs)
     read: list[Any] = [None] * len(pairs)
-    groups: dict[Any, list[int]] = {}  # (shape, dtype, device, *batch axes) -> indices
+    groups: dict[Any, list[int]] = {}  # (shape, dtype, device, batch axes) -> indices
     all_leaves = True
-    for index, (locator, spec) in enumerate(pairs):
-        multipliers = spec.get_batch_axis_multipliers()
-        if not multipliers:
-            continue
-        tensor = read[index] = locator.get_value(inputs)
+    for index, tensor, axes in zip(*metadata._batch_reads(pairs, inputs), strict=True):
+        read[index] = tensor
         if (
             type(tensor) is tensor_type
             and not tensor.requires_grad
@@ -246,19 +244,19 @@ def _batch_all(pairs: list[Any], inputs: Any, batch_size: int, torch: Any) -> tu
             and tensor.is_contiguous()
             and not tensor.is_neg()
         ):
-            key = (tensor.shape, tensor.dtype, tensor.device, *multipliers.items())
+            key = (tensor.shape, tensor.dtype, tensor.device, axes)
             group = groups.get(key)
             if group is None:
                 groups[key] = [index]
             else:
                 group.append(index)
         elif isinstance(tensor, tensor_type):
-            batched[index] = _batch_alone(tensor, spec, multipliers, batch_size, torch)
+            batched[index] = _batch_alone(tensor, pairs[index][1], dict(axes), batch_size, torch)
             # a tensor that does not require grad is always a leaf
             if batched[index] is not None and tensor.requires_grad and not tensor.is_leaf:
                 all_leaves = False
     group_dtypes = _group_dtypes(torch)
-    for (_, dtype, _, *axes), indices in groups.items():
+    for (_, dtype, _, axes), indices in groups.items():
         first = read[indices[0]]
         multipliers = dict(axes)
         sizes = _target_sizes(first, multipliers, batch_size)
@@ -294,7 +292,7 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     # may count or have side effects): a tensor with batch axes is read from `inputs` (to batch it
     # before the copy), any other from the copy.
     with torch.no_grad():  # the results must not hang on the input's autograd graph
-        batched_of, read, all_leaves = _batch_all(pairs, inputs, batch_size, torch)
+        batched_of, read, all_leaves = _batch_all(metadata, pairs, inputs, batch_size, torch)
     changed = [tensor for tensor, result in zip(read, batched_of, strict=True) if result is not None]
     watched = {id(tensor): tensor for tensor in changed}  # each stands in until its locator is set below
     memo: dict[int, Any] = {}
@@ -302,7 +300,8 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     if shortcut:
         counting = _CountingMemo(watched)
         out = copy.deepcopy(inputs, counting)
-        if Counter(counting.met) == Counter(map(id, changed)):
+        met, ids = counting.met, [id(tensor) for tensor in changed]
+        if met == ids or sorted(met) == sorted(ids):  # met as often as replaced (mostly in the same order)
             memo = counting
         else:
             shortcut = False  # a resized tensor is also held somewhere no locator replaces

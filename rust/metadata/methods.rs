@@ -11,8 +11,11 @@ use super::compact::Compact;
 use super::sample::{Data, SampleMetadata};
 use super::view::{pair, py_view, View};
 use crate::interp::{info_level_index, interp, transformers_integration};
-use crate::paths::Arena;
-use crate::tensor_spec::dim_list;
+use crate::paths::{Arena, Locator};
+use crate::tensor_spec::{dim_list, TensorSpec};
+
+/// `(axis, multiplier)` for each batch axis of a spec.
+type BatchAxes = Vec<(usize, i64)>;
 
 #[pymethods]
 impl SampleMetadata {
@@ -350,6 +353,56 @@ impl SampleMetadata {
             out.append(pair(&item?, "tensor_data")?.1)?;
         }
         Ok(out)
+    }
+
+    /// For `make_batch`: `(indices, values, axes)`, three lists with an entry for each `(locator, spec)`
+    /// of `pairs` (this metadata's `tensor_data`, as a list) whose spec has batch axes: its index,
+    /// the value read from `inputs` at the locator, and `((axis, multiplier), ...)` (equal ones are
+    /// one object: few objects for the collector to track). In order, each spec asked and each
+    /// locator read once, as the Python loop did (one call instead of two method calls and a dict
+    /// per tensor). Exact `Locator`s and `TensorSpec`s are read here; subclasses through their methods.
+    fn _batch_reads<'py>(
+        &self,
+        pairs: &Bound<'py, PyList>,
+        inputs: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let py = pairs.py();
+        let (indices, values, all_axes) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
+        let mut seen: Vec<(BatchAxes, Bound<'py, PyTuple>)> = Vec::new();
+        for (index, item) in pairs.try_iter()?.enumerate() {
+            let (locator, spec) = pair(&item?, "tensor_data")?;
+            let axes = if let Ok(s) = spec.downcast_exact::<TensorSpec>() {
+                let axes = s.try_borrow()?.batch_axes(py)?;
+                if axes.is_empty() {
+                    continue;
+                }
+                match seen.iter().find(|(a, _)| *a == axes) {
+                    Some((_, t)) => t.clone(),
+                    None => {
+                        let t = PyTuple::new(py, &axes)?;
+                        if seen.len() < 16 {
+                            seen.push((axes, t.clone()));
+                        }
+                        t
+                    }
+                }
+            } else {
+                let multipliers = spec.call_method0("get_batch_axis_multipliers")?;
+                if !multipliers.is_truthy()? {
+                    continue;
+                }
+                let items = multipliers.call_method0("items")?;
+                PyTuple::new(py, items.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
+            };
+            let value = match locator.downcast_exact::<Locator>() {
+                Ok(l) => l.get().get_value(py, inputs.clone())?,
+                Err(_) => locator.call_method1("get_value", (inputs,))?,
+            };
+            indices.append(index)?;
+            values.append(value)?;
+            all_axes.append(axes)?;
+        }
+        PyTuple::new(py, [indices, values, all_axes])
     }
 
     /// Copies of `inputs` with every tensor sliced or repeated along its batch axes to `batch_size`.

@@ -183,7 +183,7 @@ impl Locator {
     }
 
     /// The value this locator points to inside `obj`.
-    fn get_value<'py>(
+    pub fn get_value<'py>(
         &self,
         py: Python<'py>,
         obj: Bound<'py, PyAny>,
