@@ -110,11 +110,19 @@ def test_make_batch_of_tensors_with_an_axis_that_grows_and_one_that_shrinks(ref,
     assert result["skew"][3].shape == (4, 8) and len(stacks) == 5
 
 
+def test_make_batch_batches_a_few_tensors_of_one_shape_one_at_a_time(ref, fast, stacks):
+    (_, _), (inputs, result) = run_both(ref, fast, lambda bs: many(bs, n=3), lambda: many(3, n=3), 5)
+    assert_fresh_and_separate(result, inputs)
+    assert stacks == []  # fewer than _GROUP_MIN: a stack would cost more than it saves
+
+
 def test_make_batch_groups_are_split_into_bounded_stacks(ref, fast, monkeypatch, stacks):
     monkeypatch.setattr(helpers, "_GROUP_STACK_BYTES", 40)  # a few tensors per stack
+    monkeypatch.setattr(helpers, "_GROUP_MIN", 2)
     (_, _), (inputs, result) = run_both(ref, fast, lambda bs: many(bs, n=30), lambda: many(3, n=30), 5)
     assert_fresh_and_separate(result, inputs)
-    assert sum(stacks) == 5 * 30 and max(stacks) == 40 // 6  # the bool (3, 2) tensors: 6 bytes each
+    # the bool (3, 2) tensors, 6 bytes each, in stacks of 6; the others are larger: one per stack, so alone
+    assert stacks == [40 // 6] * 5
 
 
 def _odd(bs, mixed):
