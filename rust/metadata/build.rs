@@ -121,9 +121,7 @@ pub fn build(
     // call again and again), up to a bound so one huge structure does not inflate small ones
     let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
     let mut arena = Arena::with_capacity(n_nodes);
-    let mut c = Compact::new_in(placeholder_arena(), is_output);
-    c.items.reserve(n_items);
-    c.dims.reserve(n_dims);
+    let c = Compact::with_capacity(placeholder_arena(), is_output, n_items, n_dims);
     let mut b = Builder {
         c,
         strict,
