@@ -2,6 +2,7 @@
 //! `describe`, the data accessors, batching and `update_shapes_seen` (`metadata/`), and the codecs
 //! (`codec/`).
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
@@ -80,10 +81,14 @@ impl SampleMetadata {
 
     fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = slf.py();
-        if !other.is_instance(&slf.get_type())? {
+        // SAFETY: both pointers are live objects; an object of exactly `slf`'s class has its layout
+        let other = if unsafe { ffi::Py_TYPE(other.as_ptr()) == ffi::Py_TYPE(slf.as_ptr()) } {
+            unsafe { other.downcast_unchecked::<SampleMetadata>() }
+        } else if other.is_instance(&slf.get_type())? {
+            other.downcast::<SampleMetadata>()?
+        } else {
             return Ok(false);
-        }
-        let other = other.downcast::<SampleMetadata>()?;
+        };
         if slf.is(other) {
             return Ok(true);
         }
