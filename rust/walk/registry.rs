@@ -79,11 +79,6 @@ impl TypeInfo {
     }
 }
 
-/// Whether walking an instance of the `UserDict` subclass `ty` the reference's way (`.items()`,
-/// i.e. `Mapping.items`: iterate `self`, then `self[key]`) is the same as walking its `data` dict:
-/// `items`, `__iter__` and `__getitem__` are `UserDict`'s own, attribute lookup is the generic one
-/// and no class in the MRO defines `data` (so `self.data` is the instance dict's entry). The walk
-/// still checks per instance that `data` is an exact dict and that `items` is not shadowed.
 /// `items` of the `UserDict` subclass `ty` when it is `return self.data.items()` and attribute
 /// lookups on its instances are the generic ones (no `__getattribute__` of its own; a `__getattr__`,
 /// like `BatchEncoding`'s, only runs when the generic lookup fails, which it does not for `data` in
@@ -117,6 +112,11 @@ fn data_items(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Option<DataIte
     }))
 }
 
+/// Whether walking an instance of the `UserDict` subclass `ty` the reference's way (`.items()`,
+/// i.e. `Mapping.items`: iterate `self`, then `self[key]`) is the same as walking its `data` dict:
+/// `items`, `__iter__` and `__getitem__` are `UserDict`'s own, attribute lookup is the generic one
+/// and no class in the MRO defines `data` (so `self.data` is the instance dict's entry). The walk
+/// still checks per instance that `data` is an exact dict and that `items` is not shadowed.
 fn plain_user_dict(
     py: Python<'_>,
     ty: &Bound<'_, PyType>,
