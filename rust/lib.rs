@@ -9,10 +9,13 @@
 //! - `walk/` (the type registry and the walk over nested arguments);
 //! - `metadata/` (`SampleMetadata`, `ExactSampleMetadata`: compact storage, equality and hashing,
 //!   building from a walk, shape learning);
-//! - `codec/` (JSON text and dicts, both ways).
+//! - `codec/` (JSON text and dicts, both ways);
+//! - `api/` (the Python method tables of `Locator` and `SampleMetadata`, whose methods come from
+//!   several layers).
 
 use pyo3::prelude::*;
 
+mod api;
 pub mod codec;
 pub mod interp;
 #[cfg(test)]

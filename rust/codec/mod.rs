@@ -10,13 +10,11 @@
 //! - `text/`: JSON text itself (`write`, `parse`, and `sink`, the in-place `str` of large documents).
 //! - `json_dict`: `to_json_dict()`, the reference's JSON-ready dict.
 //! - `shared`: what both sides use (torch dtypes by name, type names, the one-shape rule).
-//! - `methods`: the `SampleMetadata` Python methods above (a second `#[pymethods]` block).
 
 pub mod decode;
 pub mod encode;
 pub mod format;
 pub mod json_dict;
-mod methods;
 mod shared;
 pub mod text;
 
@@ -36,7 +34,8 @@ mod tests {
     }
 
     /// The codecs sit above `metadata`, `paths` and `tensor_spec`: no module outside `codec/`
-    /// names them in code (the crate root only declares the module; `layers.rs` lists it).
+    /// and `api/` (the Python method tables, above everything) names them in code (the crate root
+    /// only declares the module; `layers.rs` lists it).
     #[test]
     fn no_module_below_imports_the_codecs() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust");
@@ -45,7 +44,8 @@ mod tests {
         let mut offenders = Vec::new();
         for file in files {
             let exempt = ["lib.rs", "layers.rs"].map(|f| root.join(f));
-            if file.starts_with(root.join("codec")) || exempt.contains(&file) {
+            let above = file.starts_with(root.join("codec")) || file.starts_with(root.join("api"));
+            if above || exempt.contains(&file) {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap();

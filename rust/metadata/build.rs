@@ -121,9 +121,7 @@ pub fn build(
     // call again and again), up to a bound so one huge structure does not inflate small ones
     let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
     let mut arena = Arena::with_capacity(n_nodes);
-    let mut c = Compact::new_in(placeholder_arena(), is_output);
-    c.items.reserve(n_items);
-    c.dims.reserve(n_dims);
+    let c = Compact::with_capacity(placeholder_arena(), is_output, n_items, n_dims);
     let mut b = Builder {
         c,
         strict,
@@ -183,10 +181,7 @@ fn build_with_python_specs(
 }
 
 /// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
-pub(super) fn resolve_batch_size(
-    py: Python<'_>,
-    batch_size: Option<&Bound<'_, PyAny>>,
-) -> PyResult<f64> {
+pub fn resolve_batch_size(py: Python<'_>, batch_size: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     let chosen = match batch_size {
         Some(b) if b.is_truthy()? => Some(b.clone()),
         _ => context_batch_size(py)?,
@@ -202,7 +197,7 @@ pub(super) fn resolve_batch_size(
     }
 }
 
-pub(super) fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let it = interp(py)?;
     if let Some(first) = crate::reader::first_int(py, cache_position)? {
         return Ok(if first == 0 {

@@ -33,7 +33,47 @@ pub struct Compact {
     pub(super) tensor_hash: OnceLock<u64>,
 }
 
+/// Item and size buffers of at most this many entries are kept for the next walk.
+const SPARE_BOUND: usize = 4096;
+
+thread_local! {
+    /// The item and size buffers of this thread's last dropped compact metadata (empty, capacity
+    /// kept): the next walk fills them instead of allocating.
+    static SPARE: std::cell::Cell<Option<(Vec<Item>, Vec<i64>)>> = const { std::cell::Cell::new(None) };
+}
+
+impl Drop for Compact {
+    fn drop(&mut self) {
+        let (items, dims) = (self.items.capacity(), self.dims.capacity());
+        if items == 0 || dims == 0 || items > SPARE_BOUND || dims > SPARE_BOUND {
+            return;
+        }
+        let mut items = std::mem::take(&mut self.items);
+        let mut dims = std::mem::take(&mut self.dims);
+        items.clear();
+        dims.clear();
+        let _ = SPARE.try_with(|s| s.set(Some((items, dims))));
+    }
+}
+
 impl Compact {
+    /// An empty compact metadata with room for `n_items` tensors of `n_dims` sizes in all, in the
+    /// buffers this thread's last dropped one left (if any) rather than fresh allocations.
+    pub fn with_capacity(
+        arena: Arc<Arena>,
+        is_output: bool,
+        n_items: usize,
+        n_dims: usize,
+    ) -> Compact {
+        let mut c = Self::new_in(arena, is_output);
+        if let Some((items, dims)) = SPARE.try_with(|s| s.take()).ok().flatten() {
+            (c.items, c.dims) = (items, dims);
+        }
+        c.items.reserve(n_items);
+        c.dims.reserve(n_dims);
+        c
+    }
+
     pub fn new(arena: Arena, is_output: bool) -> Compact {
         Self::new_in(Arc::new(arena), is_output)
     }

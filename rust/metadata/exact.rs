@@ -22,7 +22,7 @@ impl ExactSampleMetadata {
         strict: Option<&Bound<'_, PyAny>>,
         llm_phase: Option<Py<PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        Ok(PyClassInitializer::from(SampleMetadata::py_new(
+        Ok(PyClassInitializer::from(SampleMetadata::from_py(
             py,
             tensor_data,
             other_data,

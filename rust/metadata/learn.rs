@@ -1,5 +1,4 @@
-//! `update_shapes_seen`: learning dynamic and batch axes from a later sample (a second
-//! `#[pymethods]` block).
+//! `update_shapes_seen`: learning dynamic and batch axes from a later sample.
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -7,7 +6,6 @@ use pyo3::prelude::*;
 use super::key::{aligned_tensors, dict_eq};
 use super::sample::{Data, SampleMetadata};
 use super::view::View;
-use crate::interp::interp;
 use crate::tensor_spec::{Spec, TensorSpec};
 
 /// What `update_shapes_seen` will write: `(index, spec before, spec after)` for each tensor of
@@ -49,11 +47,10 @@ impl<'py> Plan<'py> {
     }
 }
 
-#[pymethods]
 impl SampleMetadata {
-    /// Learn dynamic and batch axes from `other`, a later sample with the same tensors.
-    /// Raises `ValueError` (showing both) when the tensors differ in locators or ranks.
-    fn update_shapes_seen(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// `update_shapes_seen`: learn dynamic and batch axes from `other`, a later sample with the
+    /// same tensors; `ValueError` (showing both) when the tensors differ in locators or ranks.
+    pub fn learn_from(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let other = other.downcast::<SampleMetadata>().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -69,12 +66,10 @@ impl SampleMetadata {
             return Ok(());
         }
         let mismatch = || -> PyResult<PyErr> {
-            let it = interp(py)?;
-            let full = it.info_levels[2].bind(py);
             Ok(PyValueError::new_err(format!(
                 "Cannot update shapes seen, because tensor data is different, {} != {}",
-                Self::describe(slf, Some(full))?,
-                Self::describe(other, Some(full))?
+                Self::describe_at(slf, 2)?,
+                Self::describe_at(other, 2)?
             )))
         };
         // every index below refers to the snapshots `a` and `b`: Python code that runs meanwhile (a

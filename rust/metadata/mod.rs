@@ -14,19 +14,18 @@
 //!   compact form says.
 //! - `build`: building from a walk (the `Builder` visitor), the batch size, the LLM phase.
 //! - `key`: equality and hashing.
-//! - `sample`: the `SampleMetadata` class and its data; `methods`: its Python methods; `learn`:
-//!   `update_shapes_seen` (a second `#[pymethods]` block).
+//! - `sample`: the `SampleMetadata` class and its data; `learn`: `update_shapes_seen`. Its Python
+//!   methods are in `api/sample_metadata.rs`, with the codecs'.
 //! - `exact`: `ExactSampleMetadata`.
 //!
 //! It imports `walk`, `tensor_spec`, `paths`, `reader` and `interp`; the codecs import it.
 
-mod build;
+pub mod build;
 mod compact;
 mod exact;
 mod handed;
 mod key;
 mod learn;
-mod methods;
 mod sample;
 mod view;
 
@@ -34,4 +33,4 @@ pub use compact::{Compact, Item};
 pub use exact::ExactSampleMetadata;
 pub use key::value_hash;
 pub use sample::{Data, SampleMetadata};
-pub use view::{Loc, PyView, View};
+pub use view::{pair, Loc, PyView, View};

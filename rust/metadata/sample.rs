@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use super::compact::Compact;
 use super::handed::{Handed, Level};
@@ -91,11 +92,7 @@ impl SampleMetadata {
     }
 
     /// The Python objects of a compact metadata whose tensors were handed out.
-    pub(super) fn handed_view<'a, 'py>(
-        &'a self,
-        py: Python<'py>,
-        h: &Handed,
-    ) -> PyResult<View<'a, 'py>> {
+    pub fn handed_view<'a, 'py>(&'a self, py: Python<'py>, h: &Handed) -> PyResult<View<'a, 'py>> {
         let others = self.others_tuple(py)?;
         Ok(View::P(py_view(py, h.pairs.bind(py).as_any(), &others)?))
     }
@@ -115,7 +112,7 @@ impl SampleMetadata {
         }
     }
 
-    pub(super) fn others_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn others_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match &self.data {
             Data::Py { others, .. } => Ok(others.bind(py).clone()),
             Data::Compact(c) => {
@@ -143,7 +140,7 @@ impl SampleMetadata {
     }
 
     /// The `(Locator, TensorSpec)` pairs: made once for compact metadata, then the same objects.
-    pub(super) fn tensors_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn tensors_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let c = match &self.data {
             Data::Py { tensors, .. } => return Ok(tensors.bind(py).clone()),
             Data::Compact(c) => c,
@@ -168,7 +165,7 @@ impl SampleMetadata {
         self.handed.get().is_some()
     }
 
-    pub(super) fn describe_short<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+    pub fn describe_short<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         let v = self.view(py)?;
         let mut out = crate::paths::Text::new();
         out.push_str("Tensors: ");
@@ -194,5 +191,81 @@ impl SampleMetadata {
             }
         }
         out.to_py(py)
+    }
+
+    /// The `describe()` table at level 0 (SHORT), 1 (MEDIUM) or 2 (FULL).
+    pub fn describe_at<'py>(slf: &Bound<'py, Self>, level: usize) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        if level == 0 {
+            return Ok(slf.try_borrow()?.describe_short(py)?.into_any());
+        }
+        let it = crate::interp::interp(py)?;
+        let level_obj = it.info_levels[level].bind(py).clone();
+        it.describe.bind(py).call1((slf, level_obj))
+    }
+
+    /// `SampleMetadata(tensor_data, other_data, strict, llm_phase)`, the pairs validated now
+    /// (with a clear error) and kept as given.
+    pub fn from_py(
+        py: Python<'_>,
+        tensor_data: &Bound<'_, PyAny>,
+        other_data: &Bound<'_, PyAny>,
+        strict: Option<&Bound<'_, PyAny>>,
+        llm_phase: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        py_view(py, tensor_data, other_data)?;
+        Ok(Self::from_py_parts(
+            tensor_data.clone().unbind(),
+            other_data.clone().unbind(),
+            match strict {
+                Some(s) => s.is_truthy()?,
+                None => false,
+            },
+            llm_phase.filter(|p| !p.is_none(py)),
+        ))
+    }
+
+    /// For the cycle collector: only the references this object owns alone (the path arena may be
+    /// shared with Locators).
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match &self.data {
+            Data::Compact(c) => {
+                for (_, v) in &c.others {
+                    visit.call(v)?;
+                }
+            }
+            Data::Py { tensors, others } => {
+                visit.call(tensors)?;
+                visit.call(others)?;
+            }
+        }
+        if let Some(p) = &self.llm_phase {
+            visit.call(p)?;
+        }
+        if let Some(t) = self.other_cache.get() {
+            visit.call(t)?;
+        }
+        if let Some(h) = self.handed.get() {
+            h.traverse(visit)?;
+        }
+        Ok(())
+    }
+
+    /// For the cycle collector: drop every reference.
+    pub fn clear(&mut self) {
+        self.data = Data::Compact(Compact::new(crate::paths::Arena::new(), false));
+        self.llm_phase = None;
+        self.other_cache = OnceLock::new();
+        self.handed = OnceLock::new();
+    }
+
+    /// The `(Locator, TensorSpec)` pairs pickling writes: the Python pairs if there are any,
+    /// else fresh ones (a compact metadata is left as it is).
+    pub fn pickled_tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match (&self.data, self.handed.get()) {
+            (Data::Py { tensors, .. }, _) => tensors.bind(py).clone(),
+            (Data::Compact(_), Some(h)) => h.pairs.bind(py).clone().into_any(),
+            (Data::Compact(c), None) => c.tensor_pairs(py)?.into_any(),
+        })
     }
 }

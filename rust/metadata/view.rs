@@ -12,7 +12,7 @@ use crate::tensor_spec::{Spec, TensorSpec};
 
 /// A user-built or materialized metadata, read from its Python objects.
 pub struct PyView<'py> {
-    pub(super) tensors: Vec<(Bound<'py, Locator>, Bound<'py, TensorSpec>, Spec)>,
+    pub tensors: Vec<(Bound<'py, Locator>, Bound<'py, TensorSpec>, Spec)>,
     pub(super) others: Vec<(Bound<'py, Locator>, Bound<'py, PyAny>)>,
 }
 
@@ -113,7 +113,7 @@ impl<'a, 'py> View<'a, 'py> {
     }
 }
 
-pub(super) fn pair<'py>(
+pub fn pair<'py>(
     item: &Bound<'py, PyAny>,
     what: &str,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {

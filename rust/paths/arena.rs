@@ -43,6 +43,26 @@ impl Default for Arena {
     }
 }
 
+/// Node buffers of at most this many entries are kept for the next arena.
+const SPARE_BOUND: usize = 4096;
+
+thread_local! {
+    /// The node buffer of this thread's last dropped arena (empty, capacity kept): the next walk
+    /// builds in it instead of allocating.
+    static SPARE_NODES: std::cell::Cell<Option<Vec<Node>>> = const { std::cell::Cell::new(None) };
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        if self.nodes.capacity() == 0 || self.nodes.capacity() > SPARE_BOUND {
+            return;
+        }
+        let mut nodes = std::mem::take(&mut self.nodes);
+        nodes.clear();
+        let _ = SPARE_NODES.try_with(|s| s.set(Some(nodes)));
+    }
+}
+
 impl Arena {
     pub fn new() -> Arena {
         Arena {
@@ -57,9 +77,17 @@ impl Arena {
         }
     }
 
+    /// An arena with room for `n` steps, in the node buffer this thread's last dropped arena
+    /// left (if it had one) rather than a fresh allocation.
     pub fn with_capacity(n: usize) -> Arena {
+        let mut nodes = SPARE_NODES
+            .try_with(|s| s.take())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        nodes.reserve(n + 1);
         let mut a = Arena {
-            nodes: Vec::with_capacity(n + 1),
+            nodes,
             may_repeat: false,
         };
         a.nodes.push(Node {

@@ -11,8 +11,8 @@
 //! - `arena`: the [`Arena`] of nodes, path equality, display and access paths.
 //! - `locator`: the [`Locator`] class, `get_value`/`set_value`.
 //!
-//! This folder imports only `interp`; the walk adds `Locator`'s walking staticmethods from above
-//! (`walk/locator_methods.rs`).
+//! This folder imports only `interp`; `Locator`'s Python methods, with the staticmethods that walk,
+//! are in `api/locator.rs`.
 
 mod accessor;
 mod arena;

@@ -339,6 +339,7 @@ impl Memo {
             only_tensors: info.only_tensors,
             fields: Vec::new(),
             user_dict_data: false,
+            data_items: None,
             version_tag: 0,
         });
         // like `types`, `proxies` keeps each `Arc` for the memo's life (see `InfoRef`)

@@ -6,12 +6,9 @@
 //!   and depth checks.
 //! - `memo`: what each thread keeps from walk to walk (type classifications, user-type field
 //!   layouts) and the cycle check's stack.
-//! - `locator_methods`: `Locator`'s staticmethods that walk or change the registry (a second
-//!   `#[pymethods]` block, so `paths/` stays below the walk).
 //!
 //! It imports `paths`, `reader` and `interp`, never `tensor_spec`, `metadata` or the codecs.
 
-mod locator_methods;
 mod memo;
 pub mod registry;
 pub mod traversal;

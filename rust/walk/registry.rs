@@ -44,20 +44,72 @@ pub struct TypeInfo {
     pub fields: Vec<Py<PyString>>,
     /// a `UserDict` subclass that walks like its `data` dict (see `plain_user_dict`)
     pub user_dict_data: bool,
+    /// a `UserDict` subclass whose `items` is `return self.data.items()` (see `data_items`)
+    pub data_items: Option<DataItems>,
     /// the type's version tag when it was classified: Python resets it on any change to the class
     /// or its bases, which turns `user_dict_data` off until the next classification
     pub version_tag: u32,
 }
 
+/// The `items` function of a `UserDict` subclass and the code it had when it was recognised as
+/// `return self.data.items()` (`aitune_fast._mapping.data_items_code`).
+pub struct DataItems {
+    pub func: Py<PyAny>,
+    /// held so that its address cannot be reused while we compare against it
+    pub code: Py<PyAny>,
+}
+
 impl TypeInfo {
-    /// Whether `user_dict_data` still describes `ty` (the class was not changed since).
+    /// Whether walking an instance of `ty` (this type) the reference's way, `.items()`, yields what
+    /// walking its `data` dict does, given that `data` is the instance dict's exact dict and the
+    /// instance does not shadow `items` (the walk checks those per instance): the class is a plain
+    /// `UserDict` subclass, or its `items` still runs `return self.data.items()`; and the class was
+    /// not changed since it was classified.
     #[inline]
-    pub fn user_dict_data_valid(&self, ty: &Bound<'_, PyType>) -> bool {
+    pub fn walks_like_data(&self, ty: &Bound<'_, PyType>) -> bool {
         // SAFETY: reading a field of a live type object
-        self.user_dict_data
-            && self.version_tag != 0
-            && unsafe { (*ty.as_type_ptr()).tp_version_tag } == self.version_tag
+        let unchanged = self.version_tag != 0
+            && unsafe { (*ty.as_type_ptr()).tp_version_tag } == self.version_tag;
+        unchanged
+            && (self.user_dict_data
+                || self.data_items.as_ref().is_some_and(|m| {
+                    // SAFETY: `func` is a function object (checked when recognised); borrowed result
+                    unsafe { pyo3::ffi::PyFunction_GetCode(m.func.as_ptr()) == m.code.as_ptr() }
+                }))
     }
+}
+
+/// `items` of the `UserDict` subclass `ty` when it is `return self.data.items()` and attribute
+/// lookups on its instances are the generic ones (no `__getattribute__` of its own; a `__getattr__`,
+/// like `BatchEncoding`'s, only runs when the generic lookup fails, which it does not for `data` in
+/// the instance dict): calling it then returns a view of the instance's `data` and runs nothing else.
+fn data_items(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Option<DataItems>> {
+    let helper = py.import("aitune_fast._mapping")?;
+    // SAFETY: reading a slot of live type objects
+    let (getattro, hook) = unsafe {
+        (
+            (*ty.as_type_ptr()).tp_getattro.map(|f| f as usize),
+            (*helper
+                .getattr("GetattrHook")?
+                .downcast::<PyType>()?
+                .as_type_ptr())
+            .tp_getattro
+            .map(|f| f as usize),
+        )
+    };
+    let generic = Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    if getattro != generic && getattro != hook {
+        return Ok(None);
+    }
+    let found = helper.getattr("data_items_code")?.call1((ty,))?;
+    if found.is_none() {
+        return Ok(None);
+    }
+    let (func, code) = found.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+    Ok(Some(DataItems {
+        func: func.unbind(),
+        code: code.unbind(),
+    }))
 }
 
 /// Whether walking an instance of the `UserDict` subclass `ty` the reference's way (`.items()`,
@@ -282,6 +334,8 @@ fn classify(
     let it = interp(py)?;
     let mut fields = Vec::new();
     let mut user_dict_data = false;
+    let mut data_items_fn = None;
+    let mut tag_before = None;
     let walk = if ty.is(py.get_type::<PyList>()) {
         Walk::List
     } else if ty.is(py.get_type::<PyTuple>()) {
@@ -293,7 +347,13 @@ fn classify(
     } else if ty.is_subclass_of::<PyDict>()? {
         Walk::Mapping
     } else if ty.is_subclass(it.user_dict.bind(py))? {
+        // a type lookup, which gives the type a version tag if it had none
+        ty.getattr(pyo3::intern!(py, "items"))?;
+        tag_before = Some(version_tag(ty));
         user_dict_data = plain_user_dict(py, ty, it.user_dict.bind(py))?;
+        if !user_dict_data {
+            data_items_fn = data_items(py, ty)?;
+        }
         Walk::Mapping
     } else if ty.hasattr(pyo3::intern!(py, "__dataclass_fields__"))? {
         let dc = py.import("dataclasses")?;
@@ -321,10 +381,20 @@ fn classify(
         only_tensors: user,
         fields,
         user_dict_data,
-        // SAFETY: reading a field of a live type object; read after the lookups above, which
-        // assign the tag when the type had none
-        version_tag: unsafe { (*ty.as_type_ptr()).tp_version_tag },
+        data_items: data_items_fn,
+        // read after the lookups above, which assign the tag when the type had none; 0 (never
+        // matches) when the class changed while the checks above ran Python code
+        version_tag: match tag_before {
+            Some(before) if before != version_tag(ty) => 0,
+            _ => version_tag(ty),
+        },
     })
+}
+
+/// `tp_version_tag` of a live type.
+fn version_tag(ty: &Bound<'_, PyType>) -> u32 {
+    // SAFETY: reading a field of a live type object
+    unsafe { (*ty.as_type_ptr()).tp_version_tag }
 }
 
 /// Whether `obj.__class__` is `type(obj)` for every instance of `ty`: the generic attribute

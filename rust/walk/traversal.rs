@@ -227,9 +227,10 @@ struct DictView {
 }
 
 /// A dict that holds exactly what walking `.items()` of the mapping `obj` would yield, in order:
-/// the `data` of a plain `UserDict` subclass (without calling anything), or the dict behind the
-/// `dict_items` view that `.items()` returned (a `BatchEncoding` returns `self.data.items()`, a dict
-/// subclass that keeps `dict.items` returns its own), iterated without calling anything, as the view is.
+/// the `data` of a plain `UserDict` subclass, or of one whose `items` is `return self.data.items()`
+/// (transformers' `BatchEncoding`; see `TypeInfo::walks_like_data`), without calling anything; or
+/// the dict behind the `dict_items` view that `.items()` returned (a dict subclass that keeps
+/// `dict.items` returns its own), iterated without calling anything, as the view is.
 /// Otherwise the items are iterated as Python iterates them.
 fn mapping_source<'py>(
     py: Python<'py>,
@@ -241,7 +242,7 @@ fn mapping_source<'py>(
         let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
         Source::Dict(d, 0, len, len)
     };
-    if info.user_dict_data_valid(&obj.get_type()) {
+    if info.walks_like_data(&obj.get_type()) {
         if let Some(d) = user_dict_data(py, obj) {
             return Ok(dict_source(d));
         }

@@ -1,17 +1,16 @@
-//! The `SampleMetadata` Python methods (construction, `from_inputs`/`from_outputs`, `==`,
-//! `hash`, `describe`, the data accessors, batching).
+//! `SampleMetadata`'s Python methods: construction, `from_inputs`/`from_outputs`, `==`, `hash`,
+//! `describe`, the data accessors, batching and `update_shapes_seen` (`metadata/`), and the codecs
+//! (`codec/`).
 
-use std::sync::OnceLock;
-
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use super::build::{build, phase_of, resolve_batch_size, Built};
-use super::compact::Compact;
-use super::sample::{Data, SampleMetadata};
-use super::view::{pair, py_view, View};
+use crate::codec::{decode, encode, json_dict};
 use crate::interp::{info_level_index, interp, transformers_integration};
-use crate::paths::{Arena, Locator};
+use crate::metadata::build::{build, phase_of, resolve_batch_size, Built};
+use crate::metadata::{pair, SampleMetadata, View};
+use crate::paths::{step_into, Locator};
 use crate::tensor_spec::{dim_list, TensorSpec};
 
 /// `(axis, multiplier)` for each batch axis of a spec.
@@ -21,59 +20,22 @@ type BatchAxes = Vec<(usize, i64)>;
 impl SampleMetadata {
     #[new]
     #[pyo3(signature = (tensor_data, other_data, strict=None, llm_phase=None))]
-    pub(super) fn py_new(
+    fn py_new(
         py: Python<'_>,
         tensor_data: &Bound<'_, PyAny>,
         other_data: &Bound<'_, PyAny>,
         strict: Option<&Bound<'_, PyAny>>,
         llm_phase: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        py_view(py, tensor_data, other_data)?; // validate now, with a clear error
-        Ok(SampleMetadata {
-            data: Data::Py {
-                tensors: tensor_data.clone().unbind(),
-                others: other_data.clone().unbind(),
-            },
-            strict: match strict {
-                Some(s) => s.is_truthy()?,
-                None => false,
-            },
-            llm_phase: llm_phase.filter(|p| !p.is_none(py)),
-            other_cache: OnceLock::new(),
-            handed: OnceLock::new(),
-        })
+        Self::from_py(py, tensor_data, other_data, strict, llm_phase)
     }
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        // only references this object owns alone: the path arena may be shared with Locators
-        match &self.data {
-            Data::Compact(c) => {
-                for (_, v) in &c.others {
-                    visit.call(v)?;
-                }
-            }
-            Data::Py { tensors, others } => {
-                visit.call(tensors)?;
-                visit.call(others)?;
-            }
-        }
-        if let Some(p) = &self.llm_phase {
-            visit.call(p)?;
-        }
-        if let Some(t) = self.other_cache.get() {
-            visit.call(t)?;
-        }
-        if let Some(h) = self.handed.get() {
-            h.traverse(&visit)?;
-        }
-        Ok(())
+        self.traverse(&visit)
     }
 
     fn __clear__(&mut self) {
-        self.data = Data::Compact(Compact::new(Arena::new(), false));
-        self.llm_phase = None;
-        self.other_cache = OnceLock::new();
-        self.handed = OnceLock::new();
+        self.clear();
     }
 
     /// Describe `inputs` (forward arguments keyed by parameter name). In strict mode non-tensor
@@ -123,10 +85,14 @@ impl SampleMetadata {
 
     fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = slf.py();
-        if !other.is_instance(&slf.get_type())? {
+        // SAFETY: both pointers are live objects; an object of exactly `slf`'s class has its layout
+        let other = if unsafe { ffi::Py_TYPE(other.as_ptr()) == ffi::Py_TYPE(slf.as_ptr()) } {
+            unsafe { other.downcast_unchecked::<SampleMetadata>() }
+        } else if other.is_instance(&slf.get_type())? {
+            other.downcast::<SampleMetadata>()?
+        } else {
             return Ok(false);
-        }
-        let other = other.downcast::<SampleMetadata>()?;
+        };
         if slf.is(other) {
             return Ok(true);
         }
@@ -163,11 +129,7 @@ impl SampleMetadata {
         let py = slf.py();
         let me = slf.try_borrow()?;
         let others = me.others_tuple(py)?;
-        let tensors = match (&me.data, me.handed.get()) {
-            (Data::Py { tensors, .. }, _) => tensors.bind(py).clone(),
-            (Data::Compact(_), Some(h)) => h.pairs.bind(py).clone().into_any(),
-            (Data::Compact(c), None) => c.tensor_pairs(py)?.into_any(),
-        };
+        let tensors = me.pickled_tensors(py)?;
         let phase = match &me.llm_phase {
             Some(p) => p.bind(py).clone(),
             None => py.None().into_bound(py),
@@ -186,28 +148,20 @@ impl SampleMetadata {
     }
 
     fn __repr__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
-        let it = interp(slf.py())?;
-        Ok(Self::describe(slf, Some(it.info_levels[2].bind(slf.py())))?
-            .downcast_into::<PyString>()?)
+        Ok(Self::describe_at(slf, 2)?.downcast_into::<PyString>()?)
     }
 
     /// A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
     #[pyo3(signature = (info_level=None))]
-    pub(super) fn describe<'py>(
+    fn describe<'py>(
         slf: &Bound<'py, Self>,
         info_level: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let it = interp(py)?;
         let level = match info_level {
             None => 2,
-            Some(l) => info_level_index(py, l)?,
+            Some(l) => info_level_index(slf.py(), l)?,
         };
-        if level == 0 {
-            return Ok(slf.try_borrow()?.describe_short(py)?.into_any());
-        }
-        let level_obj = it.info_levels[level].bind(py).clone();
-        it.describe.bind(py).call1((slf, level_obj))
+        Self::describe_at(slf, level)
     }
 
     /// Rows for the MEDIUM/FULL tables: `(tensor_rows, other_rows)` with the reference's cell objects.
@@ -395,7 +349,14 @@ impl SampleMetadata {
                 PyTuple::new(py, items.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
             };
             let value = match locator.downcast_exact::<Locator>() {
-                Ok(l) => l.get().get_value(py, inputs.clone())?,
+                Ok(l) => {
+                    let l = l.get();
+                    let mut cur = inputs.clone();
+                    for step in l.steps() {
+                        cur = step_into(py, &l.arena, step, &cur)?;
+                    }
+                    cur
+                }
                 Err(_) => locator.call_method1("get_value", (inputs,))?,
             };
             indices.append(index)?;
@@ -429,5 +390,41 @@ impl SampleMetadata {
             .bind(slf.py())
             .call1((slf, inputs, max_batch_size))?;
         Ok(())
+    }
+
+    /// Learn dynamic and batch axes from `other`, a later sample with the same tensors.
+    /// Raises `ValueError` (showing both) when the tensors differ in locators or ranks.
+    fn update_shapes_seen(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::learn_from(slf, other)
+    }
+
+    /// The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
+    /// needs (see `from_json`).
+    fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        encode::to_json(py, self)
+    }
+
+    /// Rebuild metadata from `to_json()` text.
+    #[staticmethod]
+    fn from_json(py: Python<'_>, text: &str) -> PyResult<SampleMetadata> {
+        decode::from_json(py, text)
+    }
+
+    /// A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
+    /// whose data uses aitune_fast's versioned encoding: no pickle.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        encode::to_dict(py, self)
+    }
+
+    /// Rebuild metadata from `to_dict()` output, or from a dict written by the reference (its
+    /// pickled data is read by a restricted reader that runs nothing).
+    #[staticmethod]
+    fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMetadata> {
+        decode::from_dict(py, data)
+    }
+
+    /// A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
+    fn to_json_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        json_dict::to_json_dict(py, self)
     }
 }
