@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::codec::{decode, encode, json_dict};
 use crate::interp::{info_level_index, interp, transformers_integration};
-use crate::metadata::build::{build, phase_of, resolve_batch_size, Built};
+use crate::metadata::build::{build, phase_of, resolve_batch_size, strict_flag, Built};
 use crate::metadata::{pair, SampleMetadata, View};
 use crate::paths::{step_into, Locator};
 use crate::tensor_spec::{dim_list, TensorSpec};
@@ -48,10 +48,7 @@ impl SampleMetadata {
         strict: Option<&Bound<'_, PyAny>>,
         batch_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<SampleMetadata> {
-        let strict = match strict {
-            Some(s) => s.is_truthy()?,
-            None => false,
-        };
+        let strict = strict_flag(strict)?;
         let bs = resolve_batch_size(py, batch_size)?;
         let check_cp = transformers_integration(py)?;
         let Built {
@@ -74,10 +71,7 @@ impl SampleMetadata {
         strict: Option<&Bound<'_, PyAny>>,
         batch_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<SampleMetadata> {
-        let strict = match strict {
-            Some(s) => s.is_truthy()?,
-            None => false,
-        };
+        let strict = strict_flag(strict)?;
         let bs = resolve_batch_size(py, batch_size)?;
         let Built { data, .. } = build(py, output, strict, bs, true, false)?;
         Ok(SampleMetadata::from_data(data, strict, None))

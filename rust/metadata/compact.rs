@@ -112,19 +112,12 @@ impl Compact {
         }
     }
 
+    /// Record a tensor of sizes `dims` (on error the sizes stay appended: callers drop the whole
+    /// metadata then).
     pub fn push_tensor(&mut self, node: u32, dims: &[i64], dtype: u16) -> PyResult<()> {
-        let off = u32::try_from(self.dims.len())
-            .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
-        let rank = u16::try_from(dims.len())
-            .map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        let off = self.dims.len();
         self.dims.extend_from_slice(dims);
-        self.items.push(Item {
-            node,
-            off,
-            rank,
-            dtype,
-        });
-        Ok(())
+        self.push_tail(node, off, dtype)
     }
 
     /// Record a tensor whose sizes are `dims[off..]`, just appended.

@@ -217,10 +217,7 @@ impl SampleMetadata {
         Ok(Self::from_py_parts(
             tensor_data.clone().unbind(),
             other_data.clone().unbind(),
-            match strict {
-                Some(s) => s.is_truthy()?,
-                None => false,
-            },
+            super::build::strict_flag(strict)?,
             llm_phase.filter(|p| !p.is_none(py)),
         ))
     }
