@@ -87,19 +87,19 @@ impl Visitor for Builder {
 thread_local! {
     /// Node, tensor and size counts of this thread's previous walk.
     static SIZE_HINT: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([16, 4, 8]) };
+    /// The paths of this thread's previous walk of inputs and of outputs: the next walk of the
+    /// same kind repeats them while it can (see `Arena::replaying`) and then shares them.
+    static LAST_PATHS: std::cell::RefCell<[Option<Arc<Arena>>; 2]> =
+        const { std::cell::RefCell::new([None, None]) };
 }
+
+/// The most nodes a kept path arena may have (larger ones are not kept for the next walk).
+const KEEP_PATHS: usize = 1 << 16;
 
 /// Stands in for a compact metadata's arena while the walk builds the real one.
 fn placeholder_arena() -> Arc<Arena> {
     static EMPTY: OnceLock<Arc<Arena>> = OnceLock::new();
-    EMPTY
-        .get_or_init(|| {
-            Arc::new(Arena {
-                nodes: Vec::new(),
-                may_repeat: false,
-            })
-        })
-        .clone()
+    EMPTY.get_or_init(|| Arc::new(Arena::empty())).clone()
 }
 
 /// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
@@ -120,7 +120,11 @@ pub fn build(
     // size the buffers like the previous walk on this thread (callers describe the same kind of
     // call again and again), up to a bound so one huge structure does not inflate small ones
     let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
-    let mut arena = Arena::with_capacity(n_nodes);
+    let template = LAST_PATHS
+        .try_with(|l| l.borrow()[is_output as usize].clone())
+        .ok()
+        .flatten();
+    let mut arena = Arena::replaying(template, n_nodes);
     let c = Compact::with_capacity(placeholder_arena(), is_output, n_items, n_dims);
     let mut b = Builder {
         c,
@@ -146,7 +150,17 @@ pub fn build(
             b.c.dims.len().min(BOUND),
         ])
     });
-    b.c.arena = Arc::new(arena);
+    let shared = arena.finish(py);
+    let _ = LAST_PATHS.try_with(|l| {
+        let mut l = l.borrow_mut();
+        let slot = &mut l[is_output as usize];
+        if !slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &shared)) {
+            // only str and int keys are held on to: any other key object is the user's to free
+            let keep = shared.len() <= KEEP_PATHS && shared.keys_are_plain();
+            *slot = keep.then(|| shared.clone());
+        }
+    });
+    b.c.arena = shared;
     Ok(Built {
         data: Data::Compact(b.c),
         cache_position: b.cache_position,

@@ -57,6 +57,32 @@ impl Accessor {
         Accessor::Obj(key.clone().unbind())
     }
 
+    /// Whether `other` is this very key, so that a path with it in place of this one is the same
+    /// path with the same hash, without calling anything: the same int, or the same exact str
+    /// object. Other keys are never the same here (their equality and hash are user code).
+    #[inline(always)]
+    pub fn is_plain_same(&self, other: &Accessor) -> bool {
+        match (self, other) {
+            (Accessor::Int(a), Accessor::Int(b)) => a == b,
+            // SAFETY: reading the type of a live str
+            (Accessor::Str(a), Accessor::Str(b)) => {
+                a.as_ptr() == b.as_ptr() && unsafe { ffi::PyUnicode_CheckExact(b.as_ptr()) } != 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Drop, releasing the key with the GIL known to be held (pyo3's own drop checks for it).
+    #[inline]
+    pub fn release(self, _py: Python<'_>) {
+        match self {
+            Accessor::Int(_) => {}
+            // SAFETY: the `py` token proves the GIL is held; `into_ptr` hands over our reference
+            Accessor::Str(s) => unsafe { ffi::Py_DECREF(s.into_ptr()) },
+            Accessor::Obj(o) => unsafe { ffi::Py_DECREF(o.into_ptr()) },
+        }
+    }
+
     pub fn clone_ref(&self, py: Python<'_>) -> Accessor {
         match self {
             Accessor::Int(v) => Accessor::Int(*v),

@@ -1,6 +1,8 @@
 //! The path arena: a prefix tree of `(parent, accessor, kind)` steps, each node carrying the hash
 //! of its whole path, and the display, semantic and access forms of a path.
 
+use std::sync::Arc;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -35,6 +37,9 @@ pub struct Arena {
     /// a walk went through a mapping's own `items()`, which may yield a key twice: the same path
     /// can then occur more than once
     pub may_repeat: bool,
+    /// While a walk repeats an earlier walk's steps: that walk's arena and how many of its nodes
+    /// this one has matched so far (`nodes` then holds only the root). See [`Arena::replaying`].
+    replay: Option<(Arc<Arena>, usize)>,
 }
 
 impl Default for Arena {
@@ -67,6 +72,7 @@ impl Arena {
     pub fn new() -> Arena {
         Arena {
             may_repeat: false,
+            replay: None,
             nodes: vec![Node {
                 parent: u32::MAX,
                 depth: 0,
@@ -74,6 +80,15 @@ impl Arena {
                 acc: Accessor::Int(0),
                 hash: ROOT_HASH,
             }],
+        }
+    }
+
+    /// An arena with no nodes at all, not even the root: a placeholder, never walked into.
+    pub fn empty() -> Arena {
+        Arena {
+            nodes: Vec::new(),
+            may_repeat: false,
+            replay: None,
         }
     }
 
@@ -89,6 +104,7 @@ impl Arena {
         let mut a = Arena {
             nodes,
             may_repeat: false,
+            replay: None,
         };
         a.nodes.push(Node {
             parent: u32::MAX,
@@ -100,12 +116,58 @@ impl Arena {
         a
     }
 
+    /// An empty arena (room for `n` steps) that, while the steps pushed are those of `template`
+    /// in the same order, only counts them: [`Arena::finish`] then hands back `template` itself.
+    /// Callers describe the same kind of call again and again, so most walks repeat the previous
+    /// one's paths; this spares building, hashing and later freeing a copy of them.
+    pub fn replaying(template: Option<Arc<Arena>>, n: usize) -> Arena {
+        let mut a = Arena::with_capacity(n);
+        a.replay = template.filter(|t| t.replay.is_none()).map(|t| (t, 1));
+        a
+    }
+
+    /// The arena as built: `template` when every step repeated it and nothing more was pushed,
+    /// otherwise a new one.
+    pub fn finish(mut self, py: Python<'_>) -> Arc<Arena> {
+        if let Some((t, len)) = &self.replay {
+            if *len == t.nodes.len() && t.may_repeat == self.may_repeat {
+                return t.clone();
+            }
+        }
+        self.settle(py);
+        Arc::new(self)
+    }
+
+    /// Stop repeating: copy the steps matched so far into `nodes`.
+    pub fn settle(&mut self, py: Python<'_>) {
+        if let Some((t, len)) = self.replay.take() {
+            self.nodes.truncate(1);
+            self.nodes.extend(t.nodes[1..len].iter().map(|n| Node {
+                parent: n.parent,
+                depth: n.depth,
+                kind: n.kind,
+                acc: n.acc.clone_ref(py),
+                hash: n.hash,
+            }));
+        }
+    }
+
+    /// Whether every key is an int or a str (no other object is kept alive by holding it).
+    pub fn keys_are_plain(&self) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| !matches!(n.acc, Accessor::Obj(_)))
+    }
+
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        match &self.replay {
+            Some((_, len)) => *len,
+            None => self.nodes.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.nodes.len() <= 1
+        self.len() <= 1
     }
 
     /// Append a step below `parent`, given the accessor's Python hash.
@@ -117,6 +179,7 @@ impl Arena {
         kind: Kind,
         acc_hash: isize,
     ) -> PyResult<u32> {
+        debug_assert!(self.replay.is_none(), "push_hashed while replaying");
         let p = &self.nodes[parent as usize];
         let hash = mix(mix(p.hash, acc_hash as u64), kind as u64 + 1);
         let depth = p.depth + 1;
@@ -133,7 +196,8 @@ impl Arena {
         Ok(id)
     }
 
-    #[inline]
+    /// Append a step below `parent`; while replaying, count it if it is the template's next node.
+    #[inline(always)]
     pub fn push(
         &mut self,
         py: Python<'_>,
@@ -141,6 +205,28 @@ impl Arena {
         acc: Accessor,
         kind: Kind,
     ) -> PyResult<u32> {
+        if let Some((t, len)) = &mut self.replay {
+            if let Some(n) = t.nodes.get(*len) {
+                if n.parent == parent && n.kind == kind && n.acc.is_plain_same(&acc) {
+                    let id = *len as u32;
+                    *len += 1;
+                    acc.release(py);
+                    return Ok(id);
+                }
+            }
+        }
+        self.push_new(py, parent, acc, kind)
+    }
+
+    #[inline(never)]
+    fn push_new(
+        &mut self,
+        py: Python<'_>,
+        parent: u32,
+        acc: Accessor,
+        kind: Kind,
+    ) -> PyResult<u32> {
+        self.settle(py);
         let h = acc.py_hash(py)?;
         self.push_hashed(parent, acc, kind, h)
     }

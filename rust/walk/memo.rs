@@ -72,15 +72,16 @@ fn same_keys(dict: &Bound<'_, PyDict>, keys: &[Py<PyAny>]) -> bool {
     let mut pos: pyo3::ffi::Py_ssize_t = 0;
     let mut k: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
     let mut v: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
-    let mut i = 0;
-    // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold; nothing runs in between
-    while unsafe { pyo3::ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) } != 0 {
-        if i >= keys.len() || k != keys[i].as_ptr() {
-            return false;
-        }
-        i += 1;
+    // SAFETY: the size of a dict we hold
+    if unsafe { pyo3::ffi::PyDict_Size(dict.as_ptr()) } != keys.len() as pyo3::ffi::Py_ssize_t {
+        return false;
     }
-    i == keys.len()
+    // as many entries as the dict has: no further call to learn that the iteration is over
+    keys.iter().all(|key| {
+        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold; nothing runs in between
+        let more = unsafe { pyo3::ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut k, &mut v) };
+        more != 0 && k == key.as_ptr()
+    })
 }
 
 /// What to walk in one user-type instance.

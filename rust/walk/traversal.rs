@@ -414,6 +414,7 @@ fn walk_frames<V: Visitor>(
         let node = arena.push(py, parent, acc, kind)?;
         let ptr = value.as_ptr() as usize;
         if let Some(&ancestor) = on_stack.get(&ptr) {
+            arena.settle(py);
             return Err(PyValueError::new_err(format!(
                 "cyclic structure: {} is the same {} object as its enclosing {}; aitune_fast cannot describe an argument that contains itself",
                 display(py, arena, node),
@@ -422,6 +423,7 @@ fn walk_frames<V: Visitor>(
             )));
         }
         if stack.len() >= MAX_DEPTH {
+            arena.settle(py);
             return Err(PyValueError::new_err(format!(
                 "argument nested deeper than {MAX_DEPTH} levels (at {})",
                 display(py, arena, node)
