@@ -27,6 +27,7 @@ struct Builder {
 }
 
 impl Visitor for Builder {
+    #[inline(always)]
     fn leaf(
         &mut self,
         py: Python<'_>,

@@ -121,7 +121,7 @@ impl Compact {
     }
 
     /// Record a tensor whose sizes are `dims[off..]`, just appended.
-    #[inline]
+    #[inline(always)]
     pub(super) fn push_tail(&mut self, node: u32, off: usize, dtype: u16) -> PyResult<()> {
         let rank = self.dims.len().saturating_sub(off);
         let off = u32::try_from(off)

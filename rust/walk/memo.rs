@@ -498,7 +498,7 @@ impl OnStack {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn insert(&mut self, ptr: usize, node: u32) {
         match &mut self.long {
             Some(m) => {

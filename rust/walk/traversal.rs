@@ -86,6 +86,7 @@ struct Frame<'py> {
 }
 
 impl<'py> Source<'py> {
+    #[inline(always)]
     fn next(&mut self, py: Python<'py>) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
         match self {
             Source::List(l, i, ahead) => {
