@@ -152,15 +152,18 @@ pub fn build(
         ])
     });
     let shared = arena.finish(py);
-    let _ = LAST_PATHS.try_with(|l| {
+    let replaced = LAST_PATHS.try_with(|l| {
         let mut l = l.borrow_mut();
         let slot = &mut l[is_output as usize];
-        if !slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &shared)) {
-            // only str and int keys are held on to: any other key object is the user's to free
-            let keep = shared.len() <= KEEP_PATHS && shared.keys_are_plain();
-            *slot = keep.then(|| shared.clone());
+        if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &shared)) {
+            return None;
         }
+        // only exact str and int keys are held on to: any other key object is the user's to free
+        let keep = shared.len() <= KEEP_PATHS && shared.keys_are_plain();
+        std::mem::replace(slot, keep.then(|| shared.clone()))
     });
+    // released once the slot is no longer borrowed
+    drop(replaced);
     b.c.arena = shared;
     Ok(Built {
         data: Data::Compact(b.c),

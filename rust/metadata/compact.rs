@@ -37,10 +37,12 @@ pub struct Compact {
 const SPARE_BOUND: usize = 4096;
 
 thread_local! {
-    /// The item and size buffers of this thread's last dropped compact metadata (empty, capacity
-    /// kept): the next walk fills them instead of allocating.
-    static SPARE: std::cell::Cell<Option<(Vec<Item>, Vec<i64>)>> = const { std::cell::Cell::new(None) };
+    /// The item, size and other-value buffers of this thread's last dropped compact metadata
+    /// (empty, capacity kept): the next walk fills them instead of allocating.
+    static SPARE: std::cell::Cell<Option<Spare>> = const { std::cell::Cell::new(None) };
 }
+
+type Spare = (Vec<Item>, Vec<i64>, Vec<(u32, Py<PyAny>)>);
 
 impl Drop for Compact {
     fn drop(&mut self) {
@@ -50,9 +52,14 @@ impl Drop for Compact {
         }
         let mut items = std::mem::take(&mut self.items);
         let mut dims = std::mem::take(&mut self.dims);
+        let mut others = std::mem::take(&mut self.others);
         items.clear();
         dims.clear();
-        let _ = SPARE.try_with(|s| s.set(Some((items, dims))));
+        if others.capacity() > SPARE_BOUND {
+            others = Vec::new();
+        }
+        others.clear(); // the values are released here, not kept by the spare
+        let _ = SPARE.try_with(|s| s.set(Some((items, dims, others))));
     }
 }
 
@@ -66,8 +73,8 @@ impl Compact {
         n_dims: usize,
     ) -> Compact {
         let mut c = Self::new_in(arena, is_output);
-        if let Some((items, dims)) = SPARE.try_with(|s| s.take()).ok().flatten() {
-            (c.items, c.dims) = (items, dims);
+        if let Some((items, dims, others)) = SPARE.try_with(|s| s.take()).ok().flatten() {
+            (c.items, c.dims, c.others) = (items, dims, others);
         }
         c.items.reserve(n_items);
         c.dims.reserve(n_dims);

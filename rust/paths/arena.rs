@@ -121,9 +121,15 @@ impl Arena {
     /// Callers describe the same kind of call again and again, so most walks repeat the previous
     /// one's paths; this spares building, hashing and later freeing a copy of them.
     pub fn replaying(template: Option<Arc<Arena>>, n: usize) -> Arena {
-        let mut a = Arena::with_capacity(n);
-        a.replay = template.filter(|t| t.replay.is_none()).map(|t| (t, 1));
-        a
+        match template.filter(|t| t.replay.is_none() && !t.nodes.is_empty()) {
+            // no node buffer until the walk parts from the template (see `settle`)
+            Some(t) => Arena {
+                nodes: Vec::new(),
+                may_repeat: false,
+                replay: Some((t, 1)),
+            },
+            None => Arena::with_capacity(n),
+        }
     }
 
     /// The arena as built: `template` when every step repeated it and nothing more was pushed,
@@ -141,6 +147,9 @@ impl Arena {
     /// Stop repeating: copy the steps matched so far into `nodes`.
     pub fn settle(&mut self, py: Python<'_>) {
         if let Some((t, len)) = self.replay.take() {
+            if self.nodes.is_empty() {
+                self.nodes = std::mem::take(&mut Arena::with_capacity(t.nodes.len()).nodes);
+            }
             self.nodes.truncate(1);
             self.nodes.extend(t.nodes[1..len].iter().map(|n| Node {
                 parent: n.parent,
@@ -152,11 +161,14 @@ impl Arena {
         }
     }
 
-    /// Whether every key is an int or a str (no other object is kept alive by holding it).
+    /// Whether every key is an int or an exact str: holding on to them keeps no user object alive.
     pub fn keys_are_plain(&self) -> bool {
-        self.nodes
-            .iter()
-            .all(|n| !matches!(n.acc, Accessor::Obj(_)))
+        self.nodes.iter().all(|n| match &n.acc {
+            Accessor::Int(_) => true,
+            // SAFETY: reading the type of a live str
+            Accessor::Str(s) => unsafe { pyo3::ffi::PyUnicode_CheckExact(s.as_ptr()) != 0 },
+            Accessor::Obj(_) => false,
+        })
     }
 
     pub fn len(&self) -> usize {
