@@ -65,8 +65,17 @@ struct Types {
     /// `mode_enabled`'s C function and its `self`, when it is a plain `METH_NOARGS` builtin (called
     /// directly, as CPython would call it, without the call machinery around it)
     mode_enabled_c: Option<(ffi::PyCFunction, usize)>,
+    /// `at::impl::torch_function_mode_enabled`, the C++ function that `mode_enabled` wraps (in a
+    /// warning handler, which costs ten times the answer), when `libtorch_cpu` exports it and it
+    /// agrees with `mode_enabled` when found
+    mode_enabled_native: Option<ModeEnabled>,
     untyped_storage: Py<PyAny>,
 }
+
+/// `bool at::impl::torch_function_mode_enabled()`: two thread-local reads, no argument, no
+/// exception, no Python.
+type ModeEnabled = unsafe extern "C" fn() -> bool;
+const MODE_ENABLED_SYMBOL: &std::ffi::CStr = c"_ZN2at4impl27torch_function_mode_enabledEv";
 
 static TYPES: GILOnceCell<Types> = GILOnceCell::new();
 
@@ -87,8 +96,24 @@ fn types(py: Python<'_>) -> PyResult<&'static Types> {
                 None
             }
         };
+        let mode_enabled_native = match stable_abi::torch_cpu_symbol(py, MODE_ENABLED_SYMBOL)? {
+            // SAFETY: the exported function of that mangled name (no parameters) returns a bool
+            Some(p) => {
+                Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, ModeEnabled>(p) })
+            }
+            None => None,
+        }
+        .filter(|f| {
+            // SAFETY: as above; the answer must be the Python function's, asked at the same moment
+            let native = unsafe { f() };
+            mode_enabled
+                .call0()
+                .and_then(|r| r.is_truthy())
+                .is_ok_and(|wrapped| wrapped == native)
+        });
         Ok(Types {
             mode_enabled_c,
+            mode_enabled_native,
             untyped_storage: tensor.getattr("untyped_storage")?.unbind(),
             tensor: tensor.unbind(),
             parameter: torch
@@ -183,6 +208,10 @@ pub fn fast_now(py: Python<'_>) -> PyResult<bool> {
         return Ok(false);
     }
     let t = types(py)?;
+    if let Some(f) = t.mode_enabled_native {
+        // SAFETY: see `Types::mode_enabled_native`
+        return Ok(!unsafe { f() });
+    }
     let enabled = match t.mode_enabled_c {
         // SAFETY: a live METH_NOARGS builtin's C function, called with its `self` and no argument
         // as CPython calls it; a new reference, or NULL with an exception set

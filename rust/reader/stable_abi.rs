@@ -63,7 +63,9 @@ pub fn enable(py: Python<'_>, use_them: bool) -> bool {
         .is_some()
 }
 
-fn resolve(py: Python<'_>) -> PyResult<Option<StableAbi>> {
+/// The `libtorch_cpu` that the imported torch has loaded, as a `dlopen` handle (nothing is loaded
+/// here), or `None`.
+fn torch_cpu(py: Python<'_>) -> PyResult<Option<*mut c_void>> {
     let torch = py.import("torch")?;
     let file: String = torch.getattr("__file__")?.extract()?;
     let Some(dir) = std::path::Path::new(&file).parent() else {
@@ -75,9 +77,26 @@ fn resolve(py: Python<'_>) -> PyResult<Option<StableAbi>> {
     };
     // SAFETY: RTLD_NOLOAD only finds a library already loaded (torch's own); it loads nothing
     let handle = unsafe { dlopen(path.as_ptr(), RTLD_LAZY | RTLD_NOLOAD) };
-    if handle.is_null() {
+    Ok((!handle.is_null()).then_some(handle))
+}
+
+/// The address of the symbol `name` of `libtorch_cpu`, when torch has loaded it and exports it.
+pub(super) fn torch_cpu_symbol(
+    py: Python<'_>,
+    name: &std::ffi::CStr,
+) -> PyResult<Option<*mut c_void>> {
+    let Some(handle) = torch_cpu(py)? else {
         return Ok(None);
-    }
+    };
+    // SAFETY: a live handle and a NUL-terminated name
+    let p = unsafe { dlsym(handle, name.as_ptr()) };
+    Ok((!p.is_null()).then_some(p))
+}
+
+fn resolve(py: Python<'_>) -> PyResult<Option<StableAbi>> {
+    let Some(handle) = torch_cpu(py)? else {
+        return Ok(None);
+    };
     let sym = |name: &std::ffi::CStr| -> Option<*mut c_void> {
         // SAFETY: a live handle and a NUL-terminated name
         let p = unsafe { dlsym(handle, name.as_ptr()) };
