@@ -96,21 +96,17 @@ fn types(py: Python<'_>) -> PyResult<&'static Types> {
                 None
             }
         };
-        let mode_enabled_native = match stable_abi::torch_cpu_symbol(py, MODE_ENABLED_SYMBOL)? {
+        let mode_enabled_native = stable_abi::torch_cpu_symbol(py, MODE_ENABLED_SYMBOL)?
             // SAFETY: the exported function of that mangled name (no parameters) returns a bool
-            Some(p) => {
-                Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, ModeEnabled>(p) })
-            }
-            None => None,
-        }
-        .filter(|f| {
-            // SAFETY: as above; the answer must be the Python function's, asked at the same moment
-            let native = unsafe { f() };
-            mode_enabled
-                .call0()
-                .and_then(|r| r.is_truthy())
-                .is_ok_and(|wrapped| wrapped == native)
-        });
+            .map(|p| unsafe { std::mem::transmute::<*mut std::ffi::c_void, ModeEnabled>(p) })
+            .filter(|f| {
+                // SAFETY: as above; the answer must be the Python function's, asked at the same moment
+                let native = unsafe { f() };
+                mode_enabled
+                    .call0()
+                    .and_then(|r| r.is_truthy())
+                    .is_ok_and(|wrapped| wrapped == native)
+            });
         Ok(Types {
             mode_enabled_c,
             mode_enabled_native,
