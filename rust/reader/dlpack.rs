@@ -17,6 +17,7 @@
 
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
@@ -260,6 +261,13 @@ fn build_table(py: Python<'_>) -> PyResult<DtypeTable> {
 /// The torch dtype a DLPack dtype names, when exactly one does.
 #[inline]
 fn dtype_of(py: Python<'_>, dt: DLDataType) -> Option<&'static Py<PyAny>> {
+    let key = dt.code as u64 | (dt.bits as u64) << 8 | (dt.lanes as u64) << 16;
+    let last = LAST_DTYPE.load(Ordering::Relaxed);
+    if last >> 32 == key && last as u32 != 0 {
+        if let Some(t) = DTYPES.get(py) {
+            return t.dtypes.get(last as u32 as usize - 1);
+        }
+    }
     let (row, col) = slot(dt)?;
     let table = match DTYPES.get(py) {
         Some(t) => t,
@@ -269,8 +277,12 @@ fn dtype_of(py: Python<'_>, dt: DLDataType) -> Option<&'static Py<PyAny>> {
     if i == 0 {
         return None;
     }
+    LAST_DTYPE.store(key << 32 | i as u64, Ordering::Relaxed);
     table.dtypes.get(i as usize - 1)
 }
+
+/// The last DLPack dtype named, `(code | bits << 8 | lanes << 16) << 32 | table index + 1`.
+static LAST_DTYPE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[cold]
 fn table_slow(py: Python<'_>) -> Option<&'static DtypeTable> {
