@@ -57,6 +57,18 @@ impl Accessor {
         Accessor::Obj(key.clone().unbind())
     }
 
+    /// Whether this key is an int or an exact str: comparing and hashing it calls no user code, and
+    /// holding on to it keeps no user object alive.
+    #[inline(always)]
+    pub fn is_plain(&self) -> bool {
+        match self {
+            Accessor::Int(_) => true,
+            // SAFETY: reading the type of a live str
+            Accessor::Str(s) => unsafe { ffi::PyUnicode_CheckExact(s.as_ptr()) != 0 },
+            Accessor::Obj(_) => false,
+        }
+    }
+
     /// Whether `other` is this very key, so that a path with it in place of this one is the same
     /// path with the same hash, without calling anything: the same int, or the same exact str
     /// object. Other keys are never the same here (their equality and hash are user code).
@@ -64,10 +76,7 @@ impl Accessor {
     pub fn is_plain_same(&self, other: &Accessor) -> bool {
         match (self, other) {
             (Accessor::Int(a), Accessor::Int(b)) => a == b,
-            // SAFETY: reading the type of a live str
-            (Accessor::Str(a), Accessor::Str(b)) => {
-                a.as_ptr() == b.as_ptr() && unsafe { ffi::PyUnicode_CheckExact(b.as_ptr()) } != 0
-            }
+            (Accessor::Str(a), Accessor::Str(b)) => a.as_ptr() == b.as_ptr() && other.is_plain(),
             _ => false,
         }
     }

@@ -161,14 +161,10 @@ impl Arena {
         }
     }
 
-    /// Whether every key is an int or an exact str: holding on to them keeps no user object alive.
+    /// Whether every key is plain ([`Accessor::is_plain`]): holding on to them keeps no user object
+    /// alive.
     pub fn keys_are_plain(&self) -> bool {
-        self.nodes.iter().all(|n| match &n.acc {
-            Accessor::Int(_) => true,
-            // SAFETY: reading the type of a live str
-            Accessor::Str(s) => unsafe { pyo3::ffi::PyUnicode_CheckExact(s.as_ptr()) != 0 },
-            Accessor::Obj(_) => false,
-        })
+        self.nodes.iter().all(|n| n.acc.is_plain())
     }
 
     pub fn len(&self) -> usize {

@@ -85,23 +85,21 @@ pub(super) fn torch_cpu_symbol(
     py: Python<'_>,
     name: &std::ffi::CStr,
 ) -> PyResult<Option<*mut c_void>> {
-    let Some(handle) = torch_cpu(py)? else {
-        return Ok(None);
-    };
+    Ok(torch_cpu(py)?.and_then(|handle| symbol(handle, name)))
+}
+
+/// `dlsym(handle, name)`, `None` when not found.
+fn symbol(handle: *mut c_void, name: &std::ffi::CStr) -> Option<*mut c_void> {
     // SAFETY: a live handle and a NUL-terminated name
     let p = unsafe { dlsym(handle, name.as_ptr()) };
-    Ok((!p.is_null()).then_some(p))
+    (!p.is_null()).then_some(p)
 }
 
 fn resolve(py: Python<'_>) -> PyResult<Option<StableAbi>> {
     let Some(handle) = torch_cpu(py)? else {
         return Ok(None);
     };
-    let sym = |name: &std::ffi::CStr| -> Option<*mut c_void> {
-        // SAFETY: a live handle and a NUL-terminated name
-        let p = unsafe { dlsym(handle, name.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    };
+    let sym = |name: &std::ffi::CStr| symbol(handle, name);
     let (Some(f), Some(o), Some(s), Some(d), Some(n), Some(z), Some(t)) = (
         sym(c"torch_tensor_from_pyobject"),
         sym(c"aoti_torch_get_storage_offset"),

@@ -415,7 +415,6 @@ fn walk_frames<V: Visitor>(
         let node = arena.push(py, parent, acc, kind)?;
         let ptr = value.as_ptr() as usize;
         if let Some(&ancestor) = on_stack.get(&ptr) {
-            arena.settle(py);
             return Err(PyValueError::new_err(format!(
                 "cyclic structure: {} is the same {} object as its enclosing {}; aitune_fast cannot describe an argument that contains itself",
                 display(py, arena, node),
@@ -424,7 +423,6 @@ fn walk_frames<V: Visitor>(
             )));
         }
         if stack.len() >= MAX_DEPTH {
-            arena.settle(py);
             return Err(PyValueError::new_err(format!(
                 "argument nested deeper than {MAX_DEPTH} levels (at {})",
                 display(py, arena, node)
@@ -444,7 +442,10 @@ fn walk_frames<V: Visitor>(
     Ok(())
 }
 
-fn display(py: Python<'_>, arena: &Arena, node: u32) -> String {
+/// The display path of `node` for an error message (a replaying arena first copies the steps it
+/// has matched: they are not in `nodes` yet).
+fn display(py: Python<'_>, arena: &mut Arena, node: u32) -> String {
+    arena.settle(py);
     let text = arena.display_path_lossy(py, node, false);
     if text.is_empty() {
         "the root".into()
