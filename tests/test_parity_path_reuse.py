@@ -165,4 +165,3 @@ def test_str_keys_equal_but_not_identical_are_looked_up_again(fast):
     b = sm.from_inputs({"".join(["x", "y"]): t((1,))})
     assert a == b and hash(a) == hash(b)
     assert [loc.display_path for loc, _ in b.tensor_data] == ["xy"]
-

@@ -68,6 +68,20 @@ OPTREE_STMT = "[(t.shape, t.dtype) for t in flatten(x, namespace=NS)[1] if isins
 FLOOR_STMT = "[(t.shape, t.dtype) for t in flat]"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows: ratios against the
+    floor differ between CPUs (see benches/README.md), so a result names the one it ran on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def _split(values: list[str] | None) -> list[str]:
     return [v for item in values or [] for v in item.split(",") if v]
 
@@ -316,6 +330,7 @@ def environment(args: argparse.Namespace, ref: Impl, fast: Impl) -> dict[str, An
         "torch": torch.__version__,
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "git_commit": commit or None,
         "reference_version": ref.version,

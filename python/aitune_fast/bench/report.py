@@ -133,7 +133,8 @@ def markdown(report: dict[str, Any]) -> str:
         + (f", commit {meta['git_commit']}" if meta.get("git_commit") else "")
         + ".",
         "",
-        f"Machine: {meta['platform']}, {meta['processor']}, {meta['cpu_count']} CPUs; {meta['python']}, "
+        f"Machine: {meta['platform']}, {meta.get('cpu') or meta['processor']}, {meta['cpu_count']} CPUs; "
+        f"{meta['python']}, "
         f"torch {meta['torch']} ({meta['torch_threads']} intra-op thread(s)).",
         "",
         *(
@@ -258,7 +259,8 @@ def write_chart(path: Path, report: dict[str, Any]) -> str | None:
         0.01,
         0.005,
         f"median of {meta['repeats']} interleaved repeats per cell, collector paused except '(gc on)' rows; "
-        f"{meta['python']}, torch {meta['torch']}, {meta['cpu_count']} CPUs, mode={meta['mode']}",
+        f"{meta['python']}, torch {meta['torch']}, {meta.get('cpu') or meta['processor']}, {meta['cpu_count']} CPUs, "
+        f"mode={meta['mode']}",
         fontsize=7.5,
         color="#555555",
     )
