@@ -1,7 +1,7 @@
 //! The path arena: a prefix tree of `(parent, accessor, kind)` steps, each node carrying the hash
 //! of its whole path, and the display, semantic and access forms of a path.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -40,6 +40,10 @@ pub struct Arena {
     /// While a walk repeats an earlier walk's steps: that walk's arena and how many of its nodes
     /// this one has matched so far (`nodes` then holds only the root). See [`Arena::replaying`].
     replay: Option<(Arc<Arena>, usize)>,
+    /// The last arena this one was compared with node for node ([`Arena::twins`]), and whether
+    /// they agreed. Held weakly: it keeps no arena alive, and while it is held no other arena can
+    /// take that address.
+    twin: Mutex<Option<(Weak<Arena>, bool)>>,
 }
 
 impl Default for Arena {
@@ -73,6 +77,7 @@ impl Arena {
         Arena {
             may_repeat: false,
             replay: None,
+            twin: Mutex::new(None),
             nodes: vec![Node {
                 parent: u32::MAX,
                 depth: 0,
@@ -89,6 +94,7 @@ impl Arena {
             nodes: Vec::new(),
             may_repeat: false,
             replay: None,
+            twin: Mutex::new(None),
         }
     }
 
@@ -105,6 +111,7 @@ impl Arena {
             nodes,
             may_repeat: false,
             replay: None,
+            twin: Mutex::new(None),
         };
         a.nodes.push(Node {
             parent: u32::MAX,
@@ -127,6 +134,7 @@ impl Arena {
                 nodes: Vec::new(),
                 may_repeat: false,
                 replay: Some((t, 1)),
+                twin: Mutex::new(None),
             },
             None => Arena::with_capacity(n),
         }
@@ -159,6 +167,39 @@ impl Arena {
                 hash: n.hash,
             }));
         }
+    }
+
+    /// Whether node `i` of `a` and node `i` of `b` have the same path, for every `i`: the same
+    /// arena, or two whose nodes agree one for one (same parent, kind and hash, equal plain keys).
+    /// A metadata decoded from JSON, compared with each call's metadata, compares its arena with
+    /// the same call arena again and again (each walk shares the previous one's paths): the answer
+    /// is remembered, so later comparisons cost a lock instead of a walk over the nodes. Only
+    /// arenas whose keys are all plain ([`Accessor::is_plain`]) agree: their equality runs no
+    /// Python code, so it cannot change between two asks.
+    pub fn twins(py: Python<'_>, a: &Arc<Arena>, b: &Arc<Arena>) -> PyResult<bool> {
+        if Arc::ptr_eq(a, b) {
+            return Ok(true);
+        }
+        let remembered = |x: &Arena, y: &Arc<Arena>| {
+            x.twin.lock().ok().and_then(|t| match &*t {
+                Some((w, same)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(y)) => Some(*same),
+                _ => None,
+            })
+        };
+        if let Some(same) = remembered(a, b).or_else(|| remembered(b, a)) {
+            return Ok(same);
+        }
+        let same = a.replay.is_none()
+            && b.replay.is_none()
+            && a.may_repeat == b.may_repeat
+            && a.nodes.len() == b.nodes.len()
+            && nodes_agree(py, &a.nodes, &b.nodes)?;
+        for (x, y) in [(a, b), (b, a)] {
+            if let Ok(mut t) = x.twin.lock() {
+                *t = Some((Arc::downgrade(y), same));
+            }
+        }
+        Ok(same)
     }
 
     /// Whether every key is plain ([`Accessor::is_plain`]): holding on to them keeps no user object
@@ -449,6 +490,23 @@ fn is_identifier(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
 }
 
 /// Equality of path `a` in `aa` and path `b` in `ba`, step by step from the leaves up.
+/// Whether two node lists agree one for one, with plain keys only (see [`Arena::twins`]).
+fn nodes_agree(py: Python<'_>, a: &[Node], b: &[Node]) -> PyResult<bool> {
+    for (x, y) in a.iter().zip(b) {
+        if x.hash != y.hash
+            || x.parent != y.parent
+            || x.depth != y.depth
+            || x.kind != y.kind
+            || !x.acc.is_plain()
+            || !y.acc.is_plain()
+            || !x.acc.eq(py, &y.acc)?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 pub fn path_eq(py: Python<'_>, aa: &Arena, mut a: u32, ba: &Arena, mut b: u32) -> PyResult<bool> {
     if std::ptr::eq(aa, ba) && a == b {
         return Ok(true);
