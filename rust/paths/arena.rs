@@ -73,29 +73,34 @@ impl Drop for Arena {
 }
 
 impl Arena {
-    pub fn new() -> Arena {
+    /// An arena of `nodes` (a built one: not repeating another's steps unless `replay` says so).
+    fn from_parts(nodes: Vec<Node>, replay: Option<(Arc<Arena>, usize)>) -> Arena {
         Arena {
+            nodes,
             may_repeat: false,
-            replay: None,
+            replay,
             twin: Mutex::new(None),
-            nodes: vec![Node {
-                parent: u32::MAX,
-                depth: 0,
-                kind: Kind::Sequence,
-                acc: Accessor::Int(0),
-                hash: ROOT_HASH,
-            }],
         }
+    }
+
+    /// Node 0: the empty path.
+    fn root() -> Node {
+        Node {
+            parent: u32::MAX,
+            depth: 0,
+            kind: Kind::Sequence,
+            acc: Accessor::Int(0),
+            hash: ROOT_HASH,
+        }
+    }
+
+    pub fn new() -> Arena {
+        Arena::from_parts(vec![Arena::root()], None)
     }
 
     /// An arena with no nodes at all, not even the root: a placeholder, never walked into.
     pub fn empty() -> Arena {
-        Arena {
-            nodes: Vec::new(),
-            may_repeat: false,
-            replay: None,
-            twin: Mutex::new(None),
-        }
+        Arena::from_parts(Vec::new(), None)
     }
 
     /// An arena with room for `n` steps, in the node buffer this thread's last dropped arena
@@ -107,20 +112,8 @@ impl Arena {
             .flatten()
             .unwrap_or_default();
         nodes.reserve(n + 1);
-        let mut a = Arena {
-            nodes,
-            may_repeat: false,
-            replay: None,
-            twin: Mutex::new(None),
-        };
-        a.nodes.push(Node {
-            parent: u32::MAX,
-            depth: 0,
-            kind: Kind::Sequence,
-            acc: Accessor::Int(0),
-            hash: ROOT_HASH,
-        });
-        a
+        nodes.push(Arena::root());
+        Arena::from_parts(nodes, None)
     }
 
     /// An empty arena (room for `n` steps) that, while the steps pushed are those of `template`
@@ -130,12 +123,7 @@ impl Arena {
     pub fn replaying(template: Option<Arc<Arena>>, n: usize) -> Arena {
         match template.filter(|t| t.replay.is_none() && !t.nodes.is_empty()) {
             // no node buffer until the walk parts from the template (see `settle`)
-            Some(t) => Arena {
-                nodes: Vec::new(),
-                may_repeat: false,
-                replay: Some((t, 1)),
-                twin: Mutex::new(None),
-            },
+            Some(t) => Arena::from_parts(Vec::new(), Some((t, 1))),
             None => Arena::with_capacity(n),
         }
     }
@@ -489,7 +477,6 @@ fn is_identifier(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
     }
 }
 
-/// Equality of path `a` in `aa` and path `b` in `ba`, step by step from the leaves up.
 /// Whether two node lists agree one for one, with plain keys only (see [`Arena::twins`]).
 fn nodes_agree(py: Python<'_>, a: &[Node], b: &[Node]) -> PyResult<bool> {
     for (x, y) in a.iter().zip(b) {
@@ -507,6 +494,7 @@ fn nodes_agree(py: Python<'_>, a: &[Node], b: &[Node]) -> PyResult<bool> {
     Ok(true)
 }
 
+/// Equality of path `a` in `aa` and path `b` in `ba`, step by step from the leaves up.
 pub fn path_eq(py: Python<'_>, aa: &Arena, mut a: u32, ba: &Arena, mut b: u32) -> PyResult<bool> {
     if std::ptr::eq(aa, ba) && a == b {
         return Ok(true);
