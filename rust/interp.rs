@@ -26,6 +26,8 @@ pub struct Interp {
     pub sym_float: Py<PyAny>,
     pub user_dict: Py<PyType>,
     pub mapping_abc: Py<PyAny>,
+    /// the type of `OrderedDict().items()`: iterating one yields each key of one dict once
+    pub odict_items: Py<PyType>,
     pub prefill: Py<PyString>,
     pub decode: Py<PyString>,
     pub empty_str: Py<PyString>,
@@ -81,6 +83,13 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
                 .downcast_into::<PyType>()?
                 .unbind(),
             mapping_abc: py.import("collections.abc")?.getattr("Mapping")?.unbind(),
+            odict_items: py
+                .import("collections")?
+                .getattr("OrderedDict")?
+                .call0()?
+                .call_method0("items")?
+                .get_type()
+                .unbind(),
             prefill: PyString::intern(py, "prefill").unbind(),
             decode: PyString::intern(py, "decode").unbind(),
             empty_str: PyString::intern(py, "").unbind(),

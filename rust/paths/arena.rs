@@ -34,8 +34,8 @@ pub struct DisplayCache {
 /// A prefix tree of paths. Node 0 is the empty path (the root object itself).
 pub struct Arena {
     pub nodes: Vec<Node>,
-    /// a walk went through a mapping's own `items()`, which may yield a key twice: the same path
-    /// can then occur more than once
+    /// a walk went through a mapping's `items()` that may yield a key twice (any but an
+    /// `OrderedDict`'s): the same path can then occur more than once
     pub may_repeat: bool,
     /// While a walk repeats an earlier walk's steps: that walk's arena and how many of its nodes
     /// this one has matched so far (`nodes` then holds only the root). See [`Arena::replaying`].

@@ -45,7 +45,8 @@ enum Source<'py> {
         ffi::Py_ssize_t,
     ),
     Seq(Bound<'py, PyIterator>, i64),
-    Items(Bound<'py, PyIterator>),
+    /// a mapping's `.items()`, and whether it may yield a key twice
+    Items(Bound<'py, PyIterator>, bool),
     /// attribute fields; with the instance dict and which fields may be read from it directly
     Fields(
         Bound<'py, PyAny>,
@@ -148,7 +149,7 @@ impl<'py> Source<'py> {
                     Ok(Some((Accessor::Int(*i - 1), v?, Kind::Sequence)))
                 }
             },
-            Source::Items(it) => match it.next() {
+            Source::Items(it, _) => match it.next() {
                 None => Ok(None),
                 Some(pair) => {
                     let pair = pair?;
@@ -261,7 +262,12 @@ fn mapping_source<'py>(
             }
         }
     }
-    Ok(Source::Items(items.try_iter()?))
+    // an `OrderedDict`'s own items view (transformers' `ModelOutput` keeps it) walks its linked
+    // list of keys, each once; any other iterable of pairs may repeat a key
+    let may_repeat = !items
+        .get_type()
+        .is(crate::interp::interp(py)?.odict_items.bind(py));
+    Ok(Source::Items(items.try_iter()?, may_repeat))
 }
 
 /// `obj.data` of a plain `UserDict` subclass instance when it is an exact dict and the instance
@@ -373,7 +379,7 @@ fn walk_frames<V: Visitor>(
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
     let src = open(py, memo, root, info)?;
-    arena.may_repeat |= matches!(src, Source::Items(_));
+    arena.may_repeat |= matches!(src, Source::Items(_, true));
     let mut stack = Vec::with_capacity(8);
     stack.push(Frame {
         src,
@@ -431,7 +437,7 @@ fn walk_frames<V: Visitor>(
         on_stack.insert(ptr, node);
         let src = open(py, memo, &value, info)?;
         // a mapping read through its own `items()` may yield a key twice
-        arena.may_repeat |= matches!(src, Source::Items(_));
+        arena.may_repeat |= matches!(src, Source::Items(_, true));
         stack.push(Frame {
             src,
             node,

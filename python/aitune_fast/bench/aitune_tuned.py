@@ -9,7 +9,8 @@ attention mask, a dict cache of 24 layers of key/value tensors) with and without
   rounds, collector paused; the median over rounds. Stock AITune first, then ``patch_aitune()`` and the same
   modules tuned again.
 * metadata: the work inside that call, ``SampleMetadata.from_inputs(arguments, strict=True)`` plus the backend
-  lookup, on the same arguments against the same backend dicts (the reference's before the patch, ours after).
+  lookup, on the same arguments against the same backend dicts (the reference's before the patch, ours after),
+  the modules' rows in interleaved rounds (ours: keys as tuned and compact side by side).
 * patched, compact keys: the patched modules again with backend keys rebuilt from JSON, i.e. never read through
   their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
 * a cProfile breakdown of the patched LLM decode call (what remains: AITune's own wrapper code).
@@ -194,10 +195,11 @@ def _overhead_us(tuned: Any, plain: Any, args: tuple, kwargs: dict, rounds: int,
     return statistics.median(diffs)
 
 
-def _metadata_us(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> float:
+def _metadata_work(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, backends: Any = None) -> Any:
+    """What a tuned call does to find its backend: the call's metadata, then `in` and `[]` on the backend dict."""
     wrapper = tuned.module
     arguments = wrapper._forward_signature.normalize(args, kwargs).arguments
-    backends = wrapper.backends
+    backends = wrapper.backends if backends is None else backends
 
     def work() -> Any:
         md = sample_metadata.from_inputs(arguments, strict=True)
@@ -205,19 +207,27 @@ def _metadata_us(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, ro
             raise RuntimeError("no backend for the benchmark's call")
         return backends[md]
 
-    times = []
-    work()
+    return work
+
+
+def _metadata_us(works: dict[str, Any], rounds: int, n: int) -> dict[str, float]:
+    """Median µs per call of each work, measured in interleaved rounds (so that drift, and the state a
+    tuning leaves behind, weigh on each alike), collector paused."""
+    times: dict[str, list[float]] = {name: [] for name in works}
+    for work in works.values():
+        work()
     gc.collect()
     gc.disable()
     try:
         for _ in range(rounds):
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                work()
-            times.append((time.perf_counter_ns() - t0) / n / 1000.0)
+            for name, work in works.items():
+                t0 = time.perf_counter_ns()
+                for _ in range(n):
+                    work()
+                times[name].append((time.perf_counter_ns() - t0) / n / 1000.0)
     finally:
         gc.enable()
-    return statistics.median(times)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _eq_us(key: Any, tuned: Any, args: tuple, kwargs: dict, n: int = 2000) -> float:
@@ -230,13 +240,17 @@ def _eq_us(key: Any, tuned: Any, args: tuple, kwargs: dict, n: int = 2000) -> fl
     return (time.perf_counter_ns() - t0) / n / 1000.0
 
 
+def _compact(backends: Any) -> dict[Any, Any]:
+    """The backend dict with its keys rebuilt from JSON: metadata whose Python view was never built."""
+    return {type(key).from_json(key.to_json()): backend for key, backend in backends.items()}
+
+
 def _compact_keys(tuned: Any) -> None:
-    """Rebuild the backend keys from JSON: metadata whose Python view was never built."""
+    """Give a tuned module backend keys rebuilt from JSON (see `_compact`)."""
     backends = tuned.module.backends
-    items = list(backends.items())
+    compact = _compact(backends)
     backends.clear()
-    for key, backend in items:
-        backends[type(key).from_json(key.to_json())] = backend
+    backends.update(compact)
 
 
 def _profile(tuned: Any, args: tuple, kwargs: dict, n: int) -> str:
@@ -277,22 +291,29 @@ def child(mode: str) -> dict[str, Any]:
     stock = _tune_all(ait, torch, "stock")
     rows: dict[str, dict[str, float]] = {}
     for name, (tuned, plain, args, kwargs) in stock.items():
-        rows[name] = {
-            "stock_us": _overhead_us(tuned, plain, args, kwargs, rounds, n),
-            "meta_ref_us": _metadata_us(reference_sm, tuned, args, kwargs, rounds, n),
-        }
-    del stock
+        rows[name] = {"stock_us": _overhead_us(tuned, plain, args, kwargs, rounds, n)}
+    works = {name: _metadata_work(reference_sm, t, args, kwargs) for name, (t, _, args, kwargs) in stock.items()}
+    for name, us in _metadata_us(works, rounds, n).items():
+        rows[name]["meta_ref_us"] = us
+    del stock, works
     aitune_fast.patch_aitune()
     patched = _tune_all(ait, torch, "patched")
     tuned, _, args, kwargs = patched["llm_decode"]
     key_eq = {"tuned": _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)}
     for name, (tuned, plain, args, kwargs) in patched.items():
         rows[name]["patched_us"] = _overhead_us(tuned, plain, args, kwargs, rounds, n)
-        rows[name]["meta_ours_us"] = _metadata_us(aitune_fast.SampleMetadata, tuned, args, kwargs, rounds, n)
+    # the keys as tuned and rebuilt from JSON, side by side
+    works = {}
+    for name, (tuned, _, args, kwargs) in patched.items():
+        works[(name, "meta_ours_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs)
+        compact = _compact(tuned.module.backends)
+        works[(name, "meta_compact_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs, compact)
+    for (name, field), us in _metadata_us(works, rounds, n).items():
+        rows[name][field] = us
+    del works
     for name, (tuned, plain, args, kwargs) in patched.items():
         _compact_keys(tuned)
         rows[name]["compact_us"] = _overhead_us(tuned, plain, args, kwargs, rounds, n)
-        rows[name]["meta_compact_us"] = _metadata_us(aitune_fast.SampleMetadata, tuned, args, kwargs, rounds, n)
     tuned, _, args, kwargs = patched["llm_decode"]
     key_eq["compact"] = _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)
     for row in rows.values():
