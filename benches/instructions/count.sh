@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Instructions per call of one operation, counted by valgrind's callgrind: steady and machine-independent where
+# wall time on a shared 2-CPU machine is not. Each change to a hot path in DEVELOPERS.md was measured this way.
+#
+#   bash benches/instructions/count.sh CASE [N] [TOP]
+#
+# CASE: a file defining make() -> f (the setup, not counted; f is the operation), e.g. one of this folder's:
+#   mlp.py       a one-tensor call as a tuned MLP makes it: from_inputs(.., strict=True), `in`, `[]`
+#   dispatch.py  a benchmark workload's dispatch (WL=llm_decode by default; any name of benches/README.md)
+# N: calls counted (default 1000, after 200 uncounted ones). TOP: also list the TOP functions by own cost.
+# KEEP=FILE keeps callgrind's output for callgrind_annotate (--inclusive=yes, --tree=caller, ...).
+#
+# Counting is on while Python runs inside functools.reduce (the harness's loop, run.py). A make() that itself
+# calls code using reduce (AITune's tuning does) adds that to the count: keep such setup out, or subtract a run
+# with N=0 (the setup's share) from one with N.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+case_file="$(realpath "$1")"
+n="${2:-1000}"
+top="${3:-0}"
+py="${PYTHON:-$root/.venv/bin/python}"
+command -v valgrind >/dev/null || { echo "count.sh: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+out="${KEEP:-$(mktemp /tmp/callgrind.XXXXXX)}"
+err="$(mktemp /tmp/callgrind_err.XXXXXX)"
+if ! valgrind --tool=callgrind --toggle-collect=functools_reduce --callgrind-out-file="$out" \
+    "$py" "$here/run.py" "$case_file" "$n" >/dev/null 2>"$err"; then
+    tail -20 "$err" >&2
+    exit 1
+fi
+total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
+if [ "$n" -gt 0 ]; then
+    echo "instructions per call: $((total / n))  (total $total, N=$n)"
+else
+    echo "instructions in the counted window with N=0: $total"
+fi
+if [ "$top" != 0 ]; then
+    callgrind_annotate --inclusive=no "$out" 2>/dev/null | awk -v top="$top" '/^ *[0-9,]+ \(/ && ++n > 1 && n <= top + 1'
+fi
+[ -n "${KEEP:-}" ] || rm -f "$out"
+rm -f "$err"
