@@ -87,6 +87,12 @@ struct Frame<'py> {
 }
 
 impl<'py> Source<'py> {
+    /// Whether this source may yield a key twice (a mapping's `items()` other than an
+    /// `OrderedDict`'s), so that one path can occur more than once in the walk.
+    fn may_repeat(&self) -> bool {
+        matches!(self, Source::Items(_, true))
+    }
+
     #[inline(always)]
     fn next(&mut self, py: Python<'py>) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
         match self {
@@ -379,7 +385,7 @@ fn walk_frames<V: Visitor>(
     let root_ptr = root.as_ptr() as usize;
     on_stack.insert(root_ptr, ROOT);
     let src = open(py, memo, root, info)?;
-    arena.may_repeat |= matches!(src, Source::Items(_, true));
+    arena.may_repeat |= src.may_repeat();
     let mut stack = Vec::with_capacity(8);
     stack.push(Frame {
         src,
@@ -436,8 +442,7 @@ fn walk_frames<V: Visitor>(
         }
         on_stack.insert(ptr, node);
         let src = open(py, memo, &value, info)?;
-        // a mapping read through its own `items()` may yield a key twice
-        arena.may_repeat |= matches!(src, Source::Items(_, true));
+        arena.may_repeat |= src.may_repeat();
         stack.push(Frame {
             src,
             node,
