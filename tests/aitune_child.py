@@ -10,7 +10,10 @@ Modes:
   onnx      ONNX Runtime backends (they keep a graph spec in their checkpoint state) tuned stock and patched, each
             checkpoint loaded stock and patched; the TensorRT backend's state and metadata in assorted containers
             through AITune's checkpoint file tasks; ``onnx_stock``: a stock AITune loads what ``onnx`` saved patched;
-  weights_only  run with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``: the ``onnx`` checkpoints loaded stock and patched.
+  weights_only  run with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``: the ``onnx`` checkpoints loaded stock and patched;
+  edges     ``patch_aitune()`` before ``import aitune.torch`` and then unpatched (nothing of aitune_fast captured),
+            names bound before the patch, strategy keys across a toggle, odd other values in checkpoints, stock
+            pickles under the patch, toggles while threads call tuned modules.
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
@@ -699,6 +702,341 @@ def early_mode(workdir):
     }
 
 
+# ------------------------------------------------------------------------- edges: patch_aitune() edge cases
+
+
+class Mode(__import__("enum").Enum):
+    A = 1
+    B = 2
+
+
+class Key(str, __import__("enum").Enum):
+    A = "a"
+
+
+class Tag(str):
+    """A str subclass as an other value."""
+
+
+def edge_fn():
+    """A module-level function as an other value."""
+
+
+class Point:
+    """A user type registered through AITune's Locator bound before the patch."""
+
+    def __init__(self, xy):
+        self.xy = xy
+
+
+def checked(fn, *args) -> dict:
+    """`fn(*args)` as {"ok": result} or {"error": traceback}: one failing check fails its own test only."""
+    try:
+        return {"ok": fn(*args)}
+    except Exception:  # noqa: BLE001
+        return {"error": traceback.format_exc()}
+
+
+def quick_strategy(ait):
+    from aitune.torch.backend import TorchEagerBackend
+
+    s = ait.OneBackendStrategy(TorchEagerBackend())
+    s.enable_performance_validation(False)
+    s.enable_find_max_batch_size(False)
+    return s
+
+
+def captured_ours(aitune_fast, module_names=True) -> list[str]:
+    """Every place in a loaded aitune module that holds one of aitune_fast's swapped objects (or an enum member of
+    them): module names (unless `module_names` is False: the names the patch swaps), class bases and attributes,
+    function defaults, closures, annotations, generic aliases."""
+    ours = names(aitune_fast)
+    ids = {id(o) for o in ours}
+    for enum_cls in (aitune_fast.InfoLevel, aitune_fast.ObjectType):
+        ids |= {id(m) for m in enum_cls}
+    found, seen = [], set()
+
+    def visit(value, where, depth=0):
+        if id(value) in ids:
+            found.append(where)
+            return
+        if depth > 6 or id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, (staticmethod, classmethod)):
+            visit(value.__func__, where, depth + 1)
+        elif isinstance(value, property):
+            for f in (value.fget, value.fset, value.fdel):
+                visit(f, where, depth + 1)
+        elif isinstance(value, types.FunctionType):
+            for i, d in enumerate(value.__defaults__ or ()):
+                visit(d, f"{where} default {i}", depth + 1)
+            for k, d in (value.__kwdefaults__ or {}).items():
+                visit(d, f"{where} default {k}", depth + 1)
+            for i, cell in enumerate(value.__closure__ or ()):
+                try:
+                    visit(cell.cell_contents, f"{where} closure {i}", depth + 1)
+                except ValueError:
+                    pass
+            for k, a in getattr(value, "__annotations__", {}).items():
+                visit(a, f"{where} annotation {k}", depth + 1)
+        elif isinstance(value, type):
+            if not (value.__module__ or "").startswith("aitune."):
+                return
+            for base in value.__mro__[1:]:
+                if id(base) in ids:
+                    found.append(f"{where} base {base.__name__}")
+            for k, v in list(vars(value).items()):
+                visit(v, f"{where}.{k}", depth + 1)
+        elif isinstance(value, types.GenericAlias) or type(value).__module__ == "typing":
+            for i, a in enumerate(getattr(value, "__args__", ()) or ()):
+                visit(a, f"{where} arg {i}", depth + 1)
+
+    for name, module in list(sys.modules.items()):
+        if name == "aitune" or name.startswith("aitune."):
+            for attribute, value in list(vars(module).items()):
+                if module_names or id(value) not in ids:
+                    visit(value, f"{name}.{attribute}")
+    return sorted(set(found))
+
+
+def stock_exact_works() -> dict:
+    """AITune's ExactSampleMetadata (its ==, hash, update_shapes_seen) once unpatched."""
+    import aitune_fast
+    import torch
+    from aitune.torch.module.exact_sample_metadata import ExactSampleMetadata
+    from aitune.torch.module.sample_metadata import SampleMetadata
+    from aitune.torch.module.tensor_spec import InfoLevel, TensorSpec
+
+    a = ExactSampleMetadata.from_inputs({"x": torch.ones(2, 3), "k": 1})
+    b = ExactSampleMetadata.from_inputs({"x": torch.ones(2, 3), "k": 1})
+    a.update_shapes_seen(b)
+    return {
+        "eq": a == b,
+        "hash": hash(a) == hash(b),
+        "subclass_of_ours": issubclass(ExactSampleMetadata, aitune_fast.SampleMetadata),
+        "bases": [f"{c.__module__}.{c.__name__}" for c in ExactSampleMetadata.__mro__[1:-1]],
+        "defaults_stock": SampleMetadata.describe.__defaults__[0] is InfoLevel.FULL
+        and TensorSpec.describe.__defaults__[0] is InfoLevel.FULL,
+        "described": a.describe().startswith("Tensors"),
+    }
+
+
+def registry_through_bound_locator(aitune_fast) -> dict:
+    """`Locator` bound from AITune before the patch: its registry methods act on the one registry."""
+    import torch
+    from aitune.torch.module.locator import Locator  # AITune's own (unpatched now)
+
+    aitune_fast.patch_aitune()
+    out = {}
+    out["register"] = checked(lambda: Locator.register_user_type(Point) is None)
+    out["find_leaves"] = checked(lambda: [loc.path for loc, _ in Locator.find_leaves({"p": Point(torch.ones(2))})])
+    out["ours_sees_it"] = [loc.path for loc, _ in aitune_fast.Locator.find_leaves({"p": Point(torch.ones(2))})]
+    out["ignore"] = checked(lambda: (Locator.ignore_type(Tag), Locator.unignore_type(Tag)) and True)
+    aitune_fast.unpatch_aitune()
+    out["carried_back"] = Point in Locator._user_types
+    out["stock_find_leaves"] = [loc.path for loc, _ in Locator.find_leaves({"p": Point(torch.ones(2))})]
+    Locator.unregister_user_type(Point)
+    return out
+
+
+def strategies_across_toggle(ait, torch, aitune_fast, workdir) -> dict:
+    """ait.Module(strategies={key: strategy}) with the key built in the other world than tune() runs in."""
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    mlp, _, _ = models()
+    out = {}
+
+    def build(tag):
+        MODULE_REGISTRY.clear()
+        sm = sys.modules["aitune.torch.module.sample_metadata"].SampleMetadata  # the class of the world now
+        key = sm.from_inputs({"input": torch.randn(2, 16)}, strict=True)
+        return ait.Module(mlp(), f"strategies-{tag}", strategies={key: quick_strategy(ait)})
+
+    def tune(m):  # AITune logs a failed tuning and leaves the module untuned: the keys tell
+        ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+        return [type(k).__module__ for k in m.module.backends]
+
+    m = build("stock")  # built unpatched, tuned unpatched: the control
+    out["stock"] = checked(tune, m)
+    m = build("before_patch")
+    aitune_fast.patch_aitune()
+    out["before_patch"] = checked(tune, m)
+    m = build("patched")
+    aitune_fast.unpatch_aitune()
+    out["after_unpatch"] = checked(tune, m)
+    return out
+
+
+def odd_values_module(torch):
+    class Opts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(4)
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x, mode=Mode.A, device=None, table=None, extra=None):
+            y = self.lin(x.to(device)) + table[Key.A]
+            return y * (2.0 if mode is Mode.B else 1.0)
+
+    return Opts().eval()
+
+
+def odd_call(m, torch, x):
+    import datetime
+    import decimal
+
+    import numpy as np
+
+    extra = [
+        np.float32(1.5),
+        Path("some/where"),
+        slice(1, 5, 2),
+        range(3),
+        edge_fn,
+        datetime.datetime(2026, 1, 2, 3, 4, 5),
+        decimal.Decimal("1.25"),
+        Tag("tagged"),
+        torch.strided,
+    ]
+    with torch.no_grad():
+        return m(x, mode=Mode.B, device=torch.device("cpu"), table={Key.A: x[..., :1] * 0 + 1.0}, extra=extra)
+
+
+def odd_values_checkpoints(ait, torch, aitune_fast, workdir) -> dict:
+    """Enum, torch.device, str-Enum dict keys and other values JSON cannot hold, in strict mode: checkpoints saved
+    and loaded stock and patched in every direction."""
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(7))
+    out = {}
+
+    def tune(tag):
+        MODULE_REGISTRY.clear()
+        m = ait.Module(odd_values_module(torch), f"odd-{tag}", strategy=quick_strategy(ait))
+        ait.tune(lambda x, m=m: odd_call(m, torch, x), torch.randn(8), batch_sizes=[1, 2], device="cpu")
+        return m
+
+    def save(m, tag):
+        ait.save(m, os.path.join(workdir, f"odd-{tag}.pt"))
+        return True
+
+    def load(tag):
+        loaded = ait.load(odd_values_module(torch), os.path.join(workdir, f"odd-{tag}.pt"))
+        key = next(iter(loaded.module.backends))
+        return {"out": odd_call(loaded, torch, x).tolist(), "key_type": type(key).__module__}
+
+    stock = tune("stock")
+    out["stock_out"] = odd_call(stock, torch, x).tolist()
+    out["stock_save"] = checked(save, stock, "stock")
+    out["stock_stock"] = checked(load, "stock")
+    aitune_fast.patch_aitune()
+    out["restock_save"] = checked(save, stock, "restock")  # tuned stock, saved patched
+    patched = checked(tune, "patched")
+    out["patched_tune"] = "error" not in patched
+    out["patched_out"] = checked(lambda: odd_call(patched["ok"], torch, x).tolist())
+    out["patched_save"] = checked(save, patched.get("ok"), "patched")
+    out["stock_patched"] = checked(load, "stock")
+    out["patched_patched"] = checked(load, "patched")
+    aitune_fast.unpatch_aitune()
+    out["patched_stock"] = checked(load, "patched")
+    out["restock_stock"] = checked(load, "restock")
+    return out
+
+
+def toggles_under_calls(ait, torch, aitune_fast, n_threads=4, n_toggles=20) -> dict:
+    """patch_aitune()/unpatch_aitune() while threads call tuned modules (one per world it was tuned in)."""
+    import threading
+
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    mlp, _, _ = models()
+    modules = []
+    for tag in ("stock", "patched"):
+        if tag == "patched":
+            aitune_fast.patch_aitune()
+        MODULE_REGISTRY.clear()
+        m = ait.Module(mlp(), f"toggle-{tag}", strategy=quick_strategy(ait))
+        ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+        modules.append(m)
+    aitune_fast.unpatch_aitune()
+    x = torch.randn(2, 16)
+    stop = threading.Event()
+    calls, errors = [0] * n_threads, []
+
+    def caller(i):
+        with torch.no_grad():
+            while not stop.is_set():
+                for m in modules:
+                    try:
+                        m(x)
+                        calls[i] += 1
+                    except Exception as exc:  # noqa: BLE001
+                        errors.append(repr(exc)[:200])
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(n_toggles):
+            aitune_fast.patch_aitune()
+            aitune_fast.unpatch_aitune()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    return {"calls": sum(calls), "errors": len(errors), "first_errors": sorted(set(errors))[:3]}
+
+
+def stock_pickles_under_patch(torch, aitune_fast) -> dict:
+    """pickle.dumps of AITune's metadata, spec and locator (stock), loaded under the patch."""
+    import pickle
+
+    from aitune.torch.module.sample_metadata import SampleMetadata
+
+    md = SampleMetadata.from_inputs({"x": torch.ones(2, 3), "k": Mode.B}, strict=True)
+    loc, spec = md.tensor_data[0]
+    blobs = {name: pickle.dumps(obj) for name, obj in (("md", md), ("locator", loc), ("spec", spec))}
+    aitune_fast.patch_aitune()
+    try:
+        fresh = aitune_fast.SampleMetadata.from_inputs({"x": torch.ones(2, 3), "k": Mode.B}, strict=True)
+        floc, fspec = fresh.tensor_data[0]
+        out = {}
+        for name, expected in (("md", fresh), ("locator", floc), ("spec", fspec)):
+            got = checked(pickle.loads, blobs[name])
+            if "ok" in got:
+                got = {"type": type(got["ok"]).__module__, "equal": got["ok"] == expected}
+            out[name] = got
+        return out
+    finally:
+        aitune_fast.unpatch_aitune()
+
+
+def edges_mode(workdir):
+    """patch_aitune() before AITune is imported, then unpatch; names bound before the patch; strategies keys,
+    odd other values in checkpoints, stock pickles and toggles under concurrent calls."""
+    import aitune_fast
+
+    aitune_fast.patch_aitune()
+    try:
+        import aitune.torch as ait
+        import torch
+    except Exception as exc:  # noqa: BLE001
+        return {"skip": f"import aitune.torch failed: {exc!r}"}
+    import aitune.torch.kernel_forge.kernel_utils  # noqa: F401  (imported while patched too)
+
+    results = {"captured_while_patched": captured_ours(aitune_fast, module_names=False)}
+    aitune_fast.unpatch_aitune()
+    results["captured_after_unpatch"] = captured_ours(aitune_fast)
+    results["stock_exact"] = checked(stock_exact_works)
+    results["bound_locator"] = checked(registry_through_bound_locator, aitune_fast)
+    results["strategies"] = checked(strategies_across_toggle, ait, torch, aitune_fast, workdir)
+    results["odd_values"] = checked(odd_values_checkpoints, ait, torch, aitune_fast, workdir)
+    results["stock_pickles"] = checked(stock_pickles_under_patch, torch, aitune_fast)
+    results["toggles"] = checked(toggles_under_calls, ait, torch, aitune_fast)
+    return results
+
+
 if __name__ == "__main__":
     mode, workdir = sys.argv[1], sys.argv[2]
     try:
@@ -710,6 +1048,7 @@ if __name__ == "__main__":
             "onnx": onnx_mode,
             "onnx_stock": onnx_stock_mode,
             "weights_only": weights_only_mode,
+            "edges": edges_mode,
         }[mode](workdir)
     except BaseException:  # noqa: BLE001
         out = {"error": traceback.format_exc()}

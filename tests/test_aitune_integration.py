@@ -374,3 +374,89 @@ def test_describe_refuses_unknown_levels(level):
         md.describe(level)
     with pytest.raises(ValueError, match="InfoLevel member"):
         md.tensor_specs[0].describe(level)
+
+
+# ------------------------------------------------------------------------- patch_aitune() edge cases (one child)
+
+
+@pytest.fixture(scope="module")
+def edges_run(workdir) -> dict:
+    out = _run_child("edges", workdir)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
+def _ok(result: dict):
+    assert "error" not in result, result["error"]
+    return result["ok"]
+
+
+def test_patch_before_import_captures_nothing_and_unpatch_restores_stock(edges_run):
+    """AITune imported while patched: its modules' own code never saw aitune_fast's objects (no class bases,
+    defaults, closures, annotations or aliases of ours), so after unpatch nothing of ours is left anywhere."""
+    assert edges_run["captured_while_patched"] == []
+    assert edges_run["captured_after_unpatch"] == []
+    exact = _ok(edges_run["stock_exact"])
+    assert exact == {
+        "eq": True,
+        "hash": True,
+        "subclass_of_ours": False,
+        "bases": ["aitune.torch.module.sample_metadata.SampleMetadata"],
+        "defaults_stock": True,
+        "described": True,
+    }
+
+
+def test_locator_bound_before_patch_uses_the_one_registry(edges_run):
+    out = _ok(edges_run["bound_locator"])
+    assert _ok(out["register"]) is True
+    assert _ok(out["find_leaves"]) == out["ours_sees_it"] == ["p.xy"]
+    assert _ok(out["ignore"]) is True
+    assert out["carried_back"] is True
+    assert out["stock_find_leaves"] == ["p.xy"]
+
+
+STRATEGY_CASES = {
+    "stock": "aitune.torch.module",
+    "before_patch": "aitune_fast",
+    "after_unpatch": "aitune.torch.module",
+}
+
+
+@pytest.mark.parametrize("case", STRATEGY_CASES)
+def test_strategy_map_keys_built_in_the_other_world(edges_run, case):
+    """``ait.Module(strategies={key: strategy})``: the key built before patch_aitune() (or patched, and tuned after
+    unpatch_aitune()) still names the graph (the module is tuned, with keys of the world it was tuned in)."""
+    assert _ok(_ok(edges_run["strategies"])[case]) == [f"{STRATEGY_CASES[case]}.sample_metadata"]
+
+
+ODD_LOADS = ("stock_stock", "stock_patched", "patched_patched", "patched_stock", "restock_stock")
+
+
+@pytest.mark.parametrize("load", ODD_LOADS)
+def test_checkpoints_with_values_json_cannot_hold(edges_run, load):
+    """Enum and torch.device other values (strict mode), a str-Enum dict key, numpy scalars, Path, slice, range,
+    functions, datetime, Decimal, str subclasses, torch layouts and memory formats: saved and loaded as AITune
+    does, stock or patched on either side."""
+    out = _ok(edges_run["odd_values"])
+    for save in ("stock_save", "restock_save", "patched_save"):
+        assert _ok(out[save]) is True
+    assert out["patched_tune"] and _ok(out["patched_out"]) == out["stock_out"]
+    loaded = _ok(out[load])
+    assert loaded["out"] == out["stock_out"]
+    package = "aitune_fast" if load.endswith("_patched") else "aitune.torch.module"
+    assert loaded["key_type"] == f"{package}.sample_metadata"
+
+
+@pytest.mark.parametrize("what", ["md", "locator", "spec"])
+def test_stock_pickles_load_under_patch(edges_run, what):
+    module = {"md": "sample_metadata", "locator": "locator", "spec": "tensor_spec"}[what]
+    loaded = _ok(_ok(edges_run["stock_pickles"])[what])
+    assert loaded == {"type": f"aitune_fast.{module}", "equal": True}
+
+
+def test_toggling_the_patch_never_fails_a_call_in_flight(edges_run):
+    out = _ok(edges_run["toggles"])
+    assert out["errors"] == 0, out["first_errors"]
+    assert out["calls"] > 0

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import gc
 import importlib.abc
+import importlib.metadata
 import importlib.util
 import io
 import logging
 import os
 import pickle
+import re
 import sys
 import threading
+import time
 import types
 from collections import OrderedDict
 from pathlib import Path
@@ -72,6 +75,22 @@ _STORAGE_TASKS = "aitune.torch.checkpoint.storage_tasks"
 
 _logger = logging.getLogger(__name__)
 
+# the AITune releases the patch was made for (their metadata API, checkpoint layout and module names): [low, high)
+_SUPPORTED_AITUNE = ((0, 6, 0), (0, 7, 0))
+_SUPPORTED_AITUNE_TEXT = "aitune>=0.6.0,<0.7.0"
+
+# AITune's code that builds a metadata and then looks it up in a dict keyed by metadata: a toggle waits until the
+# calls in it when the names switched have returned, before it drops the other world's keys
+_DISPATCH_CODE: tuple[tuple[str, str, str], ...] = (
+    ("aitune.torch.module.tuned_module", "TunedModule", "safe_call_backend"),
+    ("aitune.torch.module.recording_module", "RecordingModule", "__call__"),
+)
+_CALLS_IN_FLIGHT_LIMIT_S = 5.0  # the longest a toggle waits for them
+_CONTAINER_DEPTH = 8  # how deep the conversion looks into containers held by AITune's objects
+
+# AITune's Locator methods that act on aitune_fast's registry while patched
+_REGISTRY_METHODS = ("register_user_type", "unregister_user_type", "ignore_type", "unignore_type", "find_leaves")
+
 
 class _State:
     """Everything ``unpatch_aitune()`` needs to restore stock AITune exactly."""
@@ -87,9 +106,14 @@ class _State:
         self.finder: _Finder | None = None
         self.registry_at_patch: tuple[dict[type, bool], set[type]] | None = None
         self.replaced: dict[str, tuple[Any, str, Any]] = {}  # what -> (owner, attribute, AITune's function)
+        self.holders: list[Any] = []  # modules holding swapped names
+        self.importing = 0  # hooked imports running (all threads)
+        self.views: list[Any] = []  # modules whose class is _ImportView now
 
 
 _state = _State()
+_epoch = [0]  # counts unpatches: an import that began before one does not touch the state after it
+_importing = threading.local()  # .depth: hooked aitune imports running on this thread
 
 
 def is_aitune_patched() -> bool:
@@ -100,7 +124,8 @@ def is_aitune_patched() -> bool:
 def patch_aitune() -> None:
     """Make every loaded ``aitune`` module, and any imported later, use aitune_fast.
 
-    Idempotent. Raises ImportError when ``aitune`` is not installed.
+    Idempotent. Raises ImportError when ``aitune`` is not installed, RuntimeError when its version is not one the
+    patch was made for (``aitune>=0.6.0,<0.7.0``).
     """
     with _state.lock:
         if _state.active:
@@ -109,6 +134,7 @@ def patch_aitune() -> None:
             raise ImportError(
                 "aitune_fast.patch_aitune() needs AITune installed (`pip install aitune`), the package it patches"
             )
+        _check_aitune_version()
         _state.active = True
         _state.finder = _Finder()
         sys.meta_path.insert(0, _state.finder)
@@ -117,11 +143,12 @@ def patch_aitune() -> None:
                 module = sys.modules.get(name)
                 if module is not None:
                     _learn_definitions(module)
+            stale = _convert_live_objects(to_ours=True)
             for name in sorted(n for n in list(sys.modules) if _is_aitune(n)):
                 module = sys.modules.get(name)
                 if module is not None:
                     _on_loaded(module)
-            _convert_live_objects(to_ours=True)
+            _drop_stale_keys(stale)
         except BaseException:
             _unpatch_locked()
             raise
@@ -139,17 +166,45 @@ def _unpatch_locked() -> None:
     finder = _state.finder
     if finder is not None and finder in sys.meta_path:
         sys.meta_path.remove(finder)
-    for module, attribute, original in reversed(_state.swapped):
-        setattr(module, attribute, original)
-    for owner, attribute, original in reversed(list(_state.replaced.values())):
-        setattr(owner, attribute, original)
-    _gc_module._source[0] = _gc_module.global_context
-    _config._source[0] = _config.config
-    _registry_back()
     try:
-        _convert_live_objects(to_ours=False)
+        stale = _convert_live_objects(to_ours=False)
+        _views_off(everything=True)
+        for module, attribute, original in reversed(_state.swapped):
+            setattr(module, attribute, original)
+        for owner, attribute, original in reversed(list(_state.replaced.values())):
+            setattr(owner, attribute, original)
+        _gc_module._source[0] = _gc_module.global_context
+        _config._source[0] = _config.config
+        _registry_back()
+        _drop_stale_keys(stale)
     finally:
+        _epoch[0] += 1
         _state.__init__()
+
+
+def _check_aitune_version() -> None:
+    """Refuse an AITune the patch was not made for (other releases differ in the API the patch relies on)."""
+    try:
+        version = importlib.metadata.version("aitune")
+    except importlib.metadata.PackageNotFoundError:
+        version = getattr(sys.modules.get("aitune"), "__version__", None)
+    release = _release(version)
+    low, high = _SUPPORTED_AITUNE
+    if release is None or not low <= release < high:
+        raise RuntimeError(
+            f"aitune_fast.patch_aitune() supports {_SUPPORTED_AITUNE_TEXT} (the releases it was made for); "
+            f"the installed AITune is {version!r}. Install a supported AITune, or use aitune_fast on its own."
+        )
+
+
+def _release(version: Any) -> tuple[int, int, int] | None:
+    """(major, minor, micro) of a final or post release (``0.6.0``, ``0.6.1.post1``, ``0.6.0+local``); None for
+    pre-releases, development releases and anything else."""
+    found = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.post\d+)?(?:\+[\w.]+)?", version or "")
+    if found is None:
+        return None
+    major, minor, micro = found.groups()
+    return int(major), int(minor), int(micro or 0)
 
 
 # ---------------------------------------------------------------------------------------------- modules
@@ -170,6 +225,7 @@ def _learn_definitions(module: Any) -> None:
         _state.by_id[id(value)] = (value, ours)
         if attribute == "Locator":
             _registry_over(value)
+            _registry_redirect(value)
 
 
 def _on_loaded(module: Any) -> None:
@@ -183,12 +239,18 @@ def _on_loaded(module: Any) -> None:
     if namespace is None:
         return
     _state.seen[name] = module
+    holds = False
     for attribute, value in list(namespace.items()):
         pair = _state.by_id.get(id(value))
         if pair is not None and pair[0] is value:
             setattr(module, attribute, pair[1])
             _state.swapped.append((module, attribute, value))
             _state.swapped_names[(name, attribute)] = value
+            holds = True
+    if holds:
+        _state.holders.append(module)
+        if _state.importing:
+            _view(module)
     if name == _GLOBAL_CONTEXT_MODULE and hasattr(module, "global_context"):
         _gc_module._source[0] = module.global_context
     elif name == _CONFIG_MODULE and hasattr(module, "config"):
@@ -199,8 +261,54 @@ def _on_loaded(module: Any) -> None:
         _wrap_checkpoint_files(module)
 
 
+class _ImportView(types.ModuleType):
+    """The class of the ``aitune`` modules holding swapped names while an ``aitune`` module is imported under the
+    patch: to the thread running that import they give AITune's own objects under those names.
+
+    So an ``aitune`` module imported while patched runs its own code on AITune's objects only: what it builds from
+    them at import time (subclasses such as ``ExactSampleMetadata``, default arguments such as
+    ``describe(level=InfoLevel.FULL)``, closures, class attributes, annotations, aliases such as
+    ``dict[SampleMetadata, ...]``) is AITune's, exactly as in an unpatched process; its names are swapped once its
+    code has run (:class:`_Loader`), and put back by ``unpatch_aitune()``. Other threads see the swapped names.
+    """
+
+    def __getattribute__(self, name: str) -> Any:
+        value = types.ModuleType.__getattribute__(self, name)
+        if getattr(_importing, "depth", 0):
+            module_name = types.ModuleType.__getattribute__(self, "__name__")
+            original = _state.swapped_names.get((module_name, name))
+            if original is not None and _state.by_id.get(id(original), (None, None))[1] is value:
+                return original
+        return value
+
+
+def _view(module: Any) -> None:
+    if type(module) is types.ModuleType:
+        module.__class__ = _ImportView
+        _state.views.append(module)
+
+
+def _views_on() -> None:
+    """A hooked import begins (under the lock): the modules holding swapped names take :class:`_ImportView`."""
+    _state.importing += 1
+    if _state.importing == 1:
+        for module in _state.holders:
+            _view(module)
+
+
+def _views_off(everything: bool = False) -> None:
+    """A hooked import ended (or the patch is undone: `everything`): plain modules again when none runs."""
+    _state.importing = 0 if everything else max(0, _state.importing - 1)
+    if _state.importing == 0:
+        for module in _state.views:
+            if type(module) is _ImportView:
+                module.__class__ = types.ModuleType
+        _state.views.clear()
+
+
 class _Loader(importlib.abc.Loader):
-    """Runs the real loader, then swaps names in the new module."""
+    """Runs the real loader with AITune's own objects in view (:class:`_ImportView`), then swaps names in the
+    new module."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
@@ -209,10 +317,20 @@ class _Loader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
         with _state.lock:
-            if _state.active:
-                _on_loaded(module)
+            epoch = _epoch[0] if _state.active else None
+            if epoch is not None:
+                _views_on()
+        _importing.depth = getattr(_importing, "depth", 0) + 1
+        try:
+            self._loader.exec_module(module)
+        finally:
+            _importing.depth -= 1
+            with _state.lock:
+                if epoch is not None and epoch == _epoch[0]:
+                    if _state.active:
+                        _on_loaded(module)
+                    _views_off()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -250,6 +368,14 @@ def _registry_over(reference_locator: Any) -> None:
     for cls in set(getattr(reference_locator, "_ignored_types", ())):
         aitune_fast.Locator.ignore_type(cls)
     _state.registry_at_patch = _registry_snapshot()
+
+
+def _registry_redirect(reference_locator: Any) -> None:
+    """While patched, AITune's ``Locator`` (a name bound before the patch) registers and walks with aitune_fast's
+    registry: its methods read ``Locator._user_types`` through the module name the patch swapped."""
+    for name in _REGISTRY_METHODS:
+        if name in vars(reference_locator):
+            _replace(f"Locator.{name}", reference_locator, name, staticmethod(getattr(aitune_fast.Locator, name)))
 
 
 def _registry_back() -> None:
@@ -337,55 +463,139 @@ def _reference_of(md: Any) -> Any:
     return cls(tuple(tensors), tuple(others), strict, phase)
 
 
-def _convert_live_objects(to_ours: bool) -> None:
-    """Re-key the backends and recorded specs of live tuned/recording modules and graph specs."""
+def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
+    """Give every metadata that AITune's live objects hold the other world's class (to_ours: aitune_fast's).
+
+    Looks into every object of a class defined in ``aitune`` (tuned, recording and wrapper modules, graph specs,
+    sample stores, kernel profilers, ...) and the dicts, lists and tuples it holds, however nested: a metadata held
+    as a value is replaced; a metadata dict key gets an equal key of the other world beside it (the dict answers
+    both worlds while the names switch). Returns the (dict, old key) pairs that :func:`_drop_stale_keys` removes
+    once the names have switched.
+    """
     reference = _state.reference
     if "SampleMetadata" not in reference:
-        return  # AITune's metadata never loaded: no live objects to convert
-    targets = []
-    for name, attribute in (
-        ("aitune.torch.module.tuned_module", "TunedModule"),
-        ("aitune.torch.module.recording_module", "RecordingModule"),
-        ("aitune.torch.module.graph_spec", "GraphSpec"),
-    ):
-        cls = getattr(sys.modules.get(name), attribute, None)
-        if isinstance(cls, type):
-            targets.append(cls)
-    if not targets:
-        return
+        return []  # AITune's metadata never loaded: no live objects to convert
     source = reference["SampleMetadata"] if to_ours else aitune_fast.SampleMetadata
+    skip = tuple(t for t in (reference["SampleMetadata"], reference.get("Locator"), reference.get("TensorSpec")) if t)
+    skip += _OUR_TYPES
     convert = _ours_of if to_ours else _reference_of
-    memo: dict[int, Any] = {}
+    memo: dict[int, tuple[Any, Any]] = {}
+    stale: list[tuple[Any, Any]] = []
+    seen: set[int] = set()
 
     def conv(md: Any) -> Any:
-        if not isinstance(md, source):
-            return md
         done = memo.get(id(md))
         if done is None:
             done = memo[id(md)] = (md, convert(md))
         return done[1]
 
-    def rekey(mapping: Any) -> None:
-        if not isinstance(mapping, dict) or not any(isinstance(k, source) for k in mapping):
-            return
-        items = list(mapping.items())
-        mapping.clear()
-        for key, value in items:
-            mapping[conv(key)] = value
+    def walk(value: Any, depth: int) -> Any:
+        """`value` converted (a new object for a metadata or a tuple holding one; containers change in place)."""
+        if isinstance(value, source):
+            return conv(value)
+        cls = type(value)
+        if depth > _CONTAINER_DEPTH or not (cls is tuple or isinstance(value, (dict, list))) or id(value) in seen:
+            return value
+        seen.add(id(value))
+        if cls is tuple:
+            items = tuple(walk(item, depth + 1) for item in value)
+            return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+        if isinstance(value, list):
+            for index, item in enumerate(list(value)):
+                new = walk(item, depth + 1)
+                if new is not item and index < len(value) and value[index] is item:
+                    value[index] = new
+            return value
+        for key, item in list(value.items()):
+            new = walk(item, depth + 1)
+            if isinstance(key, source):
+                value[conv(key)] = new
+                stale.append((value, key))
+            elif new is not item:
+                value[key] = new
+        return value
 
-    targets_tuple = tuple(targets)
     for obj in gc.get_objects():
-        if not issubclass(type(obj), targets_tuple):
+        module = getattr(type(obj), "__module__", None)
+        if not isinstance(module, str) or not _is_aitune(module) or isinstance(obj, skip):
             continue
-        state = getattr(obj, "__dict__", None)
-        if state is None:
-            continue
-        for attribute in ("_backends", "_samples", "_graph_specs"):
-            rekey(state.get(attribute))
-        for attribute in ("input_spec", "output_spec", "post_input_spec"):
-            value = state.get(attribute)
-            if value is not None:
-                state[attribute] = conv(value)
+        for state in _instance_dicts(obj):
+            walk(state, 0)
+    return stale
+
+
+def _instance_dicts(obj: Any) -> list[dict]:
+    """The attribute dicts of `obj`: its ``__dict__``, and for a proxy (AITune's ``Module`` is a ``wrapt`` object
+    proxy, whose ``__dict__`` is the wrapped object's) the dict of its own ``_self_`` attributes."""
+    try:
+        own = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        own = None
+    dicts = [own] if type(own) is dict else []
+    dicts += [r for r in gc.get_referents(obj) if type(r) is dict and r is not own]
+    return dicts
+
+
+def _drop_stale_keys(stale: list[tuple[Any, Any]]) -> None:
+    """Remove the old world's keys that :func:`_convert_live_objects` left beside the new ones, once every call that
+    was between building its metadata and looking it up when the names switched has returned."""
+    if not stale:
+        return
+    _wait_for_calls_in_flight()
+    for mapping, key in stale:
+        try:
+            del mapping[key]
+        except KeyError:  # removed meanwhile
+            pass
+
+
+def _dispatch_codes() -> set[Any]:
+    codes = set()
+    for module_name, class_name, attribute in _DISPATCH_CODE:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        function = vars(cls).get(attribute) if isinstance(cls, type) else None
+        while function is not None:  # the functions the patch put in place keep AITune's as __wrapped__
+            code = getattr(function, "__code__", None)
+            if code is not None:
+                codes.add(code)
+            function = getattr(function, "__wrapped__", None)
+    return codes
+
+
+def _calls_in_flight(codes: set[Any]) -> list[tuple[int, Any]]:
+    """(thread id, frame) of every other thread's innermost frame running one of `codes`."""
+    me = threading.get_ident()
+    found = []
+    for ident, frame in sys._current_frames().items():
+        while ident != me and frame is not None:
+            if frame.f_code in codes:
+                found.append((ident, frame))
+                break
+            frame = frame.f_back
+    return found
+
+
+def _wait_for_calls_in_flight() -> None:
+    """Wait (at most ``_CALLS_IN_FLIGHT_LIMIT_S``) until the calls of AITune's dispatch code that other threads are
+    in now have returned: one of them may hold a metadata of the old world that it has yet to look up."""
+    codes = _dispatch_codes()
+    pending = _calls_in_flight(codes) if codes else []
+    deadline = time.monotonic() + _CALLS_IN_FLIGHT_LIMIT_S
+    while pending:
+        if time.monotonic() > deadline:
+            _logger.warning("patch toggle: %d AITune calls still in flight after %ss", len(pending), deadline)
+            return
+        time.sleep(0.0002)
+        frames = sys._current_frames()
+        pending = [(ident, frame) for ident, frame in pending if _on_stack(frames.get(ident), frame)]
+
+
+def _on_stack(top: Any, frame: Any) -> bool:
+    while top is not None:
+        if top is frame:
+            return True
+        top = top.f_back
+    return False
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -396,31 +606,118 @@ def _replace(key: str, owner: Any, attribute: str, replacement: Any) -> None:
     original = vars(owner).get(attribute)
     if original is None or key in _state.replaced:
         return
-    replacement.__doc__ = getattr(original, "__doc__", None)
-    replacement.__wrapped__ = original
+    function = replacement.__func__ if isinstance(replacement, staticmethod) else replacement
+    if isinstance(function, types.FunctionType):  # aitune_fast's own methods (builtins) keep their own
+        function.__doc__ = getattr(original, "__doc__", None)
+        function.__wrapped__ = getattr(original, "__func__", original)
     setattr(owner, attribute, replacement)
     _state.replaced[key] = (owner, attribute, original)
 
 
 def _wrap_to_dict(tuned_module: type) -> None:
-    """``TunedModule.to_dict`` stores each backend key in the reference's layout (stock AITune reads it)."""
+    """``TunedModule.to_dict`` stores each backend key in the reference's layout (stock AITune reads it), and
+    ``TunedModule.from_dict`` reads keys in that layout as AITune does (:func:`_wrap_from_dict`)."""
     original = vars(tuned_module).get("to_dict")
-    if original is None:
+    if original is not None:
+
+        def to_dict(self: Any) -> Any:
+            backends = getattr(self, "_backends", None)
+            if not isinstance(backends, dict) or not any(isinstance(md, aitune_fast.SampleMetadata) for md in backends):
+                return original(self)
+            # AITune's to_dict on a view whose keys write AITune's layout: it never calls our to_dict(), which
+            # refuses values that only pickle can hold (enums, devices, paths, ...)
+            keys = OrderedDict(
+                (_ReferenceKey(md) if isinstance(md, aitune_fast.SampleMetadata) else md, backend)
+                for md, backend in backends.items()
+            )
+            return original(_BackendsView(self, keys))
+
+        _replace("TunedModule.to_dict", tuned_module, "to_dict", to_dict)
+    _wrap_from_dict(tuned_module)
+
+
+class _ReferenceKey:
+    """Stands for a backend key in ``TunedModule.to_dict``: its ``to_dict()`` is AITune's layout of it."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, md: Any) -> None:
+        self._state = reference_dict(md)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._state
+
+
+class _BackendsView:
+    """A tuned module as its ``to_dict`` sees it, with other backend keys."""
+
+    def __init__(self, module: Any, backends: dict) -> None:
+        self._module = module
+        self._backends = backends
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _wrap_from_dict(tuned_module: type) -> None:
+    """Backend keys in AITune's pickled layout are read with the trust AITune gives them.
+
+    Stock ``SampleMetadata.from_dict`` unpickles them, and the checkpoint file that holds them is read with
+    ``weights_only=False``; aitune_fast's ``from_dict`` reads them with its restricted reader, which refuses any
+    global it does not know (an enum of the user's, a ``Path``, ...). Under the patch a key that reader refuses is
+    unpickled as AITune would, with AITune's classes for their names, and converted. With
+    ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1`` (the checkpoint file itself loaded weights-only) only the restricted reader
+    reads them.
+    """
+    original = vars(tuned_module).get("from_dict")
+    if not isinstance(original, staticmethod):
         return
+    function = original.__func__
     key = getattr(tuned_module, "BACKENDS_KEY", "backends")
 
-    def to_dict(self: Any) -> Any:
-        state = original(self)
-        backends = getattr(self, "_backends", None)
-        entries = state.get(key) if isinstance(state, dict) else None
-        if isinstance(backends, dict) and isinstance(entries, list) and len(entries) == len(backends):
-            state[key] = [
-                (reference_dict(md) if isinstance(md, aitune_fast.SampleMetadata) else md_dict, backend_dict)
-                for md, (md_dict, backend_dict) in zip(backends, entries, strict=True)
-            ]
-        return state
+    def from_dict(module: Any, state_dict: dict) -> Any:
+        entries = state_dict.get(key) if isinstance(state_dict, dict) else None
+        trusted = [_trusted_key(entry[0]) for entry in entries] if isinstance(entries, list) else []
+        if not any(md is not None for md in trusted):
+            return function(module, state_dict)
+        # AITune's from_dict with stand-in keys where the restricted reader refuses, then the real keys in place
+        stand_ins = {i: _stand_in_key(i) for i, md in enumerate(trusted) if md is not None}
+        changed = [(stand_ins[i].to_dict(), e[1]) if i in stand_ins else e for i, e in enumerate(entries)]
+        tuned = function(module, {**state_dict, key: changed})
+        real = {stand_ins[i]: trusted[i] for i in stand_ins}
+        backends = tuned._backends
+        items = list(backends.items())
+        backends.clear()
+        for md, backend in items:
+            backends[real.get(md, md)] = backend
+        return tuned
 
-    _replace("TunedModule.to_dict", tuned_module, "to_dict", to_dict)
+    _replace("TunedModule.from_dict", tuned_module, "from_dict", staticmethod(from_dict))
+
+
+def _stand_in_key(index: int) -> Any:
+    locator = aitune_fast.Locator((("aitune_fast.patch stand-in key", aitune_fast.ObjectType.DICT),))
+    return aitune_fast.SampleMetadata([], [(locator, index)], True)
+
+
+def _trusted_key(state: Any) -> Any:
+    """Our metadata for a key dict in AITune's layout that aitune_fast's restricted reader refuses, unpickled as
+    AITune unpickles it; None when the restricted reader reads it (or when loads are forced weights-only)."""
+    if not isinstance(state, dict) or not isinstance(state.get("other_data"), bytes) or _weights_only_forced():
+        return None
+    try:
+        aitune_fast.SampleMetadata.from_dict(state)
+        return None
+    except (TypeError, ValueError):
+        pass
+    cls = _state.reference["SampleMetadata"]
+    tensors = _ReferenceUnpickler(io.BytesIO(state["tensor_data"])).load()
+    others = _ReferenceUnpickler(io.BytesIO(state["other_data"])).load()
+    return _ours_of(cls(tensors, others, state["strict"], state.get("llm_phase")))
+
+
+def _weights_only_forced() -> bool:
+    return os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes", "true")
 
 
 def _wrap_checkpoint_files(storage_tasks: Any) -> None:
@@ -459,7 +756,7 @@ def _wrap_checkpoint_files(storage_tasks: Any) -> None:
     def load(path: Path) -> dict:
         import torch
 
-        if os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes", "true"):
+        if _weights_only_forced():
             # torch then loads weights-only whatever the caller asks, and refuses a pickle module: AITune's own
             # loader, with AITune's classes also allowed under their names (which now name ours)
             reference = [_state.reference[n] for n in _CONVERTED if n in _state.reference]
