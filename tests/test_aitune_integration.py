@@ -342,6 +342,37 @@ def test_patch_without_aitune_installed_is_a_clear_error(monkeypatch):
     assert not aitune_fast.is_aitune_patched()
 
 
+@pytest.mark.parametrize("version", ["0.3.0", "0.4.1", "0.5.0", "0.7.0", "1.0.0", "0.6.0rc1", "0.6.0.dev3", "junk"])
+def test_patch_refuses_aitune_versions_it_was_not_made_for(monkeypatch, version):
+    """0.3.0/0.4.1 call ``from_inputs(args, kwargs)``; 0.5.0 has no ExactSampleMetadata, hashes other values
+    differently and keeps no post-input spec: the patch refuses them, naming the supported range, and changes
+    nothing."""
+    import importlib.metadata
+
+    from aitune_fast import patch
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: version if name == "aitune" else real(name))
+    meta_path = list(sys.meta_path)
+    with pytest.raises(RuntimeError, match=r"supports aitune>=0\.6\.0,<0\.7\.0 .* installed AITune is"):
+        aitune_fast.patch_aitune()
+    assert not aitune_fast.is_aitune_patched()
+    assert sys.meta_path == meta_path
+    with pytest.warns(RuntimeWarning, match="supports aitune>=0.6.0"):
+        patch._autowrapt_hook()
+    assert not aitune_fast.is_aitune_patched()
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "0.6.3", "0.6.0.post1", "0.6.0+local"])
+def test_patch_accepts_the_aitune_versions_it_was_made_for(monkeypatch, version):
+    import importlib.metadata
+
+    from aitune_fast import patch
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
+    patch._check_aitune_version()  # no error
+
+
 class _Foreign(enum.Enum):
     SHORT = "s"
     MEDIUM = "m"
@@ -449,6 +480,11 @@ def test_checkpoints_with_values_json_cannot_hold(edges_run, load):
     assert loaded["key_type"] == f"{package}.sample_metadata"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 23 item 9, open: a stock pickle builds the object empty (NEWOBJ) and fills it (BUILD); "
+    "aitune_fast's classes are filled only at construction, so loading one needs support in the Rust core",
+)
 @pytest.mark.parametrize("what", ["md", "locator", "spec"])
 def test_stock_pickles_load_under_patch(edges_run, what):
     module = {"md": "sample_metadata", "locator": "locator", "spec": "tensor_spec"}[what]

@@ -10,15 +10,21 @@ module holding them under any name), and in every ``aitune`` module imported lat
   ``config.enable_transformers_integration`` on every call;
 * copies the type registrations of AITune's ``Locator`` (``register_user_type``/``ignore_type``) into
   aitune_fast's registry; ``unpatch_aitune()`` hands back the changes made while patched;
-* converts the backend keys (and recorded graph specs) of modules tuned or recorded before the patch, so they
-  keep dispatching; ``unpatch_aitune()`` converts them back;
+* converts every metadata AITune's live objects hold (backend keys, recorded graph specs, strategy maps, sample
+  stores), so modules tuned or recorded before the patch keep dispatching; ``unpatch_aitune()`` converts them
+  back. Dict keys of both classes stand side by side until the calls in flight at the switch have returned, so a
+  toggle never fails a call on another thread;
+* makes an ``aitune`` module imported while patched run its own code on AITune's objects (:class:`_ImportView`),
+  so nothing it builds at import time captures ours, and makes AITune's ``Locator`` methods act on our registry;
+* refuses AITune releases it was not made for (``aitune>=0.6.0,<0.7.0``);
 * makes checkpoints written by ``aitune.torch.save`` hold what a stock AITune writes, so a stock AITune without
   aitune_fast loads them: ``TunedModule.to_dict()`` stores each backend key in the reference's pickled layout, and
   the checkpoint file is pickled with AITune's own classes in place of aitune_fast's metadata, locators and specs
   wherever backends put them in their state (the graph specs of the ONNX Runtime and TensorRT backends);
 * makes ``aitune.torch.load`` accept both: the checkpoint's AITune classes are rebuilt as AITune's objects and then
   converted to aitune_fast's. The reference's pickled key bytes go through aitune_fast's restricted reader
-  (``_legacy``), which runs nothing; the checkpoint file itself is read as AITune reads it (``torch.load`` with
+  (``_legacy``), which runs nothing, and a key it refuses is unpickled as AITune does (unless loads are forced
+  weights-only); the checkpoint file itself is read as AITune reads it (``torch.load`` with
   ``weights_only=False``), with nothing more admitted than AITune admits.
 
 ``AUTOWRAPT_BOOTSTRAP=aitune_fast`` patches AITune as soon as ``aitune.torch`` is imported (an entry point in
@@ -144,10 +150,16 @@ def patch_aitune() -> None:
                 if module is not None:
                     _learn_definitions(module)
             stale = _convert_live_objects(to_ours=True)
-            for name in sorted(n for n in list(sys.modules) if _is_aitune(n)):
-                module = sys.modules.get(name)
-                if module is not None:
-                    _on_loaded(module)
+            # the modules that call the metadata first, then, once no call of AITune's own metadata code is in
+            # flight, the modules that define it: no call builds a metadata of AITune's class from our parts
+            names = sorted(n for n in list(sys.modules) if _is_aitune(n))
+            for defining in (False, True):
+                if defining:
+                    _wait_for_calls_in_flight()
+                for name in names:
+                    module = sys.modules.get(name)
+                    if module is not None and (name in _DEFINITIONS) is defining:
+                        _on_loaded(module)
             _drop_stale_keys(stale)
         except BaseException:
             _unpatch_locked()
@@ -169,10 +181,14 @@ def _unpatch_locked() -> None:
     try:
         stale = _convert_live_objects(to_ours=False)
         _views_off(everything=True)
-        for module, attribute, original in reversed(_state.swapped):
-            setattr(module, attribute, original)
-        for owner, attribute, original in reversed(list(_state.replaced.values())):
-            setattr(owner, attribute, original)
+        # AITune's metadata code first (its modules' names, its Locator's methods), then the modules calling it
+        for defining in (True, False):
+            for module, attribute, original in reversed(_state.swapped):
+                if (getattr(module, "__name__", None) in _DEFINITIONS) is defining:
+                    setattr(module, attribute, original)
+            for key, (owner, attribute, original) in reversed(list(_state.replaced.items())):
+                if key.startswith("Locator.") is defining:
+                    setattr(owner, attribute, original)
         _gc_module._source[0] = _gc_module.global_context
         _config._source[0] = _config.config
         _registry_back()
@@ -225,7 +241,6 @@ def _learn_definitions(module: Any) -> None:
         _state.by_id[id(value)] = (value, ours)
         if attribute == "Locator":
             _registry_over(value)
-            _registry_redirect(value)
 
 
 def _on_loaded(module: Any) -> None:
@@ -251,6 +266,8 @@ def _on_loaded(module: Any) -> None:
         _state.holders.append(module)
         if _state.importing:
             _view(module)
+    if "Locator" in _state.reference and name == "aitune.torch.module.locator":
+        _registry_redirect(_state.reference["Locator"])
     if name == _GLOBAL_CONTEXT_MODULE and hasattr(module, "global_context"):
         _gc_module._source[0] = module.global_context
     elif name == _CONFIG_MODULE and hasattr(module, "config"):
@@ -974,5 +991,11 @@ _probe_pickle.dump = pickle.dump  # type: ignore[attr-defined]
 
 
 def _autowrapt_hook(_module: Any = None) -> None:
-    """Entry point for ``AUTOWRAPT_BOOTSTRAP=aitune_fast``: called once ``aitune.torch`` is imported."""
-    patch_aitune()
+    """Entry point for ``AUTOWRAPT_BOOTSTRAP=aitune_fast``: called once ``aitune.torch`` is imported. An AITune
+    the patch was not made for stays unpatched, with a warning (the import itself must not fail)."""
+    try:
+        patch_aitune()
+    except RuntimeError as exc:
+        import warnings
+
+        warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
