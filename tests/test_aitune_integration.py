@@ -442,10 +442,10 @@ def test_patch_before_import_captures_nothing_and_unpatch_restores_stock(edges_r
 def test_locator_bound_before_patch_uses_the_one_registry(edges_run):
     out = _ok(edges_run["bound_locator"])
     assert _ok(out["register"]) is True
-    assert _ok(out["find_leaves"]) == out["ours_sees_it"] == ["p.xy"]
+    assert _ok(out["find_leaves"]) == out["ours_sees_it"] == [["p", "xy"]]
     assert _ok(out["ignore"]) is True
     assert out["carried_back"] is True
-    assert out["stock_find_leaves"] == ["p.xy"]
+    assert out["stock_find_leaves"] == [["p", "xy"]]
 
 
 STRATEGY_CASES = {
