@@ -532,12 +532,16 @@ def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
                 value[key] = new
         return value
 
+    looked_at: dict[type, bool] = {}  # class -> whether its instances are AITune's objects to look into
     for obj in gc.get_objects():
-        module = getattr(type(obj), "__module__", None)
-        if not isinstance(module, str) or not _is_aitune(module) or isinstance(obj, skip):
-            continue
-        for state in _instance_dicts(obj):
-            walk(state, 0)
+        cls = type(obj)
+        look = looked_at.get(cls)
+        if look is None:
+            module = getattr(cls, "__module__", None)
+            look = looked_at[cls] = isinstance(module, str) and _is_aitune(module) and not issubclass(cls, skip)
+        if look:
+            for state in _instance_dicts(obj):
+                walk(state, 0)
     return stale
 
 
