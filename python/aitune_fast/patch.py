@@ -103,7 +103,8 @@ class _State:
 
     def __init__(self) -> None:
         self.active = False
-        self.lock = threading.RLock()
+        # one lock for the life of the process: unpatch re-initialises the state while holding it
+        self.lock: threading.RLock = getattr(self, "lock", None) or threading.RLock()
         self.reference: dict[str, Any] = {}  # name -> AITune's object
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(AITune's object) -> (it, ours)
         self.swapped: list[tuple[Any, str, Any]] = []  # (module, attribute, AITune's object)
