@@ -529,6 +529,12 @@ def weights_only_mode(workdir):
     for tag in ("stock", "patched"):
         results[f"{tag}_ckpt_patched"] = onnx_load(ait, torch, tag, workdir)
         results[f"trt_{tag}_patched"] = trt_state_load(tag, workdir)
+    if os.path.exists(os.path.join(workdir, "odd-stock.pt")):  # saved by the edges child: a key naming Mode
+        try:
+            ait.load(odd_values_module(torch), os.path.join(workdir, "odd-stock.pt"))
+            results["odd_key_patched"] = "loaded"
+        except Exception as exc:  # noqa: BLE001
+            results["odd_key_patched"] = f"{type(exc).__name__}: {exc}"
     return results
 
 

@@ -284,8 +284,24 @@ def test_checkpoint_metadata_in_any_container_round_trips(onnx_run, onnx_stock_r
 
 
 @pytest.fixture(scope="module")
-def weights_only_run(onnx_run, workdir) -> dict:
+def edges_run(workdir) -> dict:
+    out = _run_child("edges", workdir)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def weights_only_run(onnx_run, edges_run, workdir) -> dict:
     return _run_child("weights_only", workdir, TORCH_FORCE_WEIGHTS_ONLY_LOAD="1")
+
+
+def test_weights_only_loading_keeps_refusing_unknown_globals_in_keys(weights_only_run):
+    """Forced weights-only, the patched load reads pickled backend keys with the restricted reader only: the key
+    naming the user's enums (saved by the edges child) is refused, naming the global."""
+    out = weights_only_run
+    assert out["odd_key_patched"].startswith("ValueError"), out["odd_key_patched"]
+    assert "refused global __main__." in out["odd_key_patched"]
 
 
 @pytest.mark.parametrize("written", ["stock", "patched"])
@@ -408,14 +424,6 @@ def test_describe_refuses_unknown_levels(level):
 
 
 # ------------------------------------------------------------------------- patch_aitune() edge cases (one child)
-
-
-@pytest.fixture(scope="module")
-def edges_run(workdir) -> dict:
-    out = _run_child("edges", workdir)
-    if "skip" in out:
-        pytest.skip(out["skip"])
-    return out
 
 
 def _ok(result: dict):
