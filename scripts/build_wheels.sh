@@ -103,7 +103,7 @@ wait_builds() { # waits for the builds in pids/names; dies with the log of the f
     local i failed=""
     for i in "${!pids[@]}"; do
         if wait "${pids[$i]}"; then
-            say "  $(grep -o 'Built wheel.*' "$CACHE/build/logs/${names[$i]}.log" | sed 's|to .*/|: |') ($(grep -o 'Finished.*' "$CACHE/build/logs/${names[$i]}.log" | sed 's/.* in //'))"
+            say "  ${names[$i]}: $(grep -o 'Finished.*' "$CACHE/build/logs/${names[$i]}.log" | sed 's/.* in /cargo build in /')"
         else
             failed="$failed ${names[$i]}"
             tail -30 "$CACHE/build/logs/${names[$i]}.log" >&2
