@@ -66,7 +66,7 @@ build_all() { # the five artifacts of $SHA into $STORE
     local build="$CACHE/build" src="$CACHE/build/src" stage="$STORE.partial" v jobs pids=() names=()
     if [ ! -d "$src/.git" ]; then
         rm -rf "$src"
-        git clone -q --no-checkout "$ROOT" "$src"
+        git -c init.defaultBranch=main clone -q --no-checkout "$ROOT" "$src"
     fi
     git -C "$src" fetch -q "$ROOT" HEAD
     git -C "$src" checkout -q --force --detach FETCH_HEAD
@@ -127,7 +127,7 @@ check_stage() { # exactly one wheel per interpreter with the policy's tag, and o
 }
 
 if [ -f "$STORE/.commit" ]; then
-    say "reusing the artifacts built for this tree (commit $(cat "$STORE/.commit" | cut -c1-10)): $STORE"
+    say "reusing the artifacts built for this tree (commit $(cut -c1-10 "$STORE/.commit")): $STORE"
 else
     build_all
 fi

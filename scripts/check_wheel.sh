@@ -114,7 +114,7 @@ for entry in "${MATRIX[@]}"; do
             wheel)
                 WHL="$(ls "$DIST"/aitune_fast-"$VERSION"-cp"${PYV/./}"-*.whl)"
                 # with its bench extra: its dependencies must already be met by what is installed
-                "$VPY" -m pip install -q "$WHL[bench]" || die "pip cannot install $(basename "$WHL")"
+                "$VPY" -m pip install -q "${WHL}[bench]" || die "pip cannot install $(basename "$WHL")"
                 say "installed $(basename "$WHL")[bench]"
                 ;;
             sdist)

@@ -101,7 +101,11 @@ def test_release_workflow_passes_actionlint():
     if tool is None:
         assert not os.environ.get("CI"), "actionlint missing: scripts/setup.sh installs it (release_tools.sh)"
         pytest.skip("actionlint not installed: bash scripts/setup.sh installs it")
-    proc = subprocess.run([tool, "-no-color", "-oneline"], cwd=ROOT, capture_output=True, text=True, check=False)
+    # shellcheck from the same tools venv checks the `run:` scripts (actionlint skips them without it)
+    env = {**os.environ, "PATH": f"{Path(tool).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(
+        [tool, "-no-color", "-oneline"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
