@@ -1,12 +1,14 @@
 """Check one built aitune_fast wheel without installing it; exit status 1 on any finding.
 
-    python scripts/inspect_wheel.py WHEEL --python-tag cp310 --repo SOURCE_TREE [--auditwheel PATH]
+    python scripts/inspect_wheel.py WHEEL --python-tag cp310 --repo SOURCE_TREE [--max-glibc 2.28] [--auditwheel PATH]
 
 Checks: the file name's tags (the interpreter's own cpXY, a manylinux platform tag); the contents (the
 package, one extension module, the Apache-2.0 LICENSE byte for byte under ``.dist-info/licenses/``, no
 vendored shared library); the metadata (``Requires-Dist: torch``, the license expression, the version
 written in ``Cargo.toml``); the extension's ELF dynamic section (needs only the C runtime: no libtorch or
-libc10, no RPATH/RUNPATH, so nothing ties it to the builder's venv). With ``--auditwheel``, prints
+libc10, no RPATH/RUNPATH, so nothing ties it to the builder's venv); the highest glibc symbol version the
+extension needs (its ``GLIBC_x.y`` version references) is within its manylinux tag and, with ``--max-glibc``,
+the tag and the symbols are at most that glibc (``manylinux_2_28`` or older for 2.28). With ``--auditwheel``, prints
 ``auditwheel show`` and checks that it agrees with the manylinux tag. Uses pyelftools (auditwheel's
 dependency) to read the ELF file.
 """
@@ -25,11 +27,14 @@ from pathlib import Path
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
 
 # what the extension may need at run time: the C runtime, present on every manylinux system
 ALLOWED_NEEDED = re.compile(
     r"^(libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux[-\w.]*\.so\.\d)$"
 )
+# the glibc of the legacy manylinux tags (PEP 600 spells the others out: manylinux_2_28_x86_64 is glibc 2.28)
+LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 NAME = re.compile(r"^aitune_fast-(?P<version>[^-]+)-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-(?P<plat>[\w.]+)\.whl$")
 
 
@@ -41,13 +46,40 @@ def cargo_version(repo: Path) -> str:
     return match.group(1)
 
 
+def tag_glibc(plat: str) -> tuple[int, int] | None:
+    """The glibc a manylinux platform tag promises to run on, e.g. (2, 28) for manylinux_2_28_x86_64."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", plat)
+    if m:
+        return int(m[1]), int(m[2])
+    return LEGACY_GLIBC.get(plat.split("_", 1)[0])
+
+
+def glibc_needed(elf: ELFFile) -> tuple[int, int]:
+    """The highest ``GLIBC_x.y`` symbol version the ELF file references: the oldest glibc it loads on."""
+    versions = [(2, 0)]
+    for section in elf.iter_sections():
+        if isinstance(section, GNUVerNeedSection):
+            for _, auxiliaries in section.iter_versions():
+                for aux in auxiliaries:
+                    m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", aux.name)
+                    if m:
+                        versions.append((int(m[1]), int(m[2])))
+    return max(versions)
+
+
+def fmt(version: tuple[int, int] | None) -> str:
+    return "?" if version is None else f"{version[0]}.{version[1]}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("wheel", type=Path)
     ap.add_argument("--python-tag", required=True, help="the interpreter's tag, e.g. cp310")
     ap.add_argument("--repo", type=Path, required=True, help="the source tree it was built from")
     ap.add_argument("--auditwheel", help="path of the auditwheel program")
+    ap.add_argument("--max-glibc", help="the newest glibc the tag and the symbols may need, e.g. 2.28")
     args = ap.parse_args()
+    max_glibc = tuple(int(x) for x in args.max_glibc.split(".")) if args.max_glibc else None
     problems: list[str] = []
 
     def check(ok: bool, what: str) -> None:
@@ -70,6 +102,12 @@ def main() -> int:
         all(re.fullmatch(r"manylinux_\d+_\d+_\w+|manylinux\d+_\w+", p) for p in plats),
         f"platform tag is manylinux: {m['plat']}",
     )
+    plat_glibc = [tag_glibc(p) for p in plats]
+    if max_glibc:
+        check(
+            all(g is not None and g <= max_glibc for g in plat_glibc),
+            f"manylinux tag for glibc {', '.join(map(fmt, plat_glibc))}: {fmt(max_glibc)} or older",
+        )
     check(size < 5_000_000, f"size {size / 1e6:.2f} MB under 5 MB (nothing vendored)")
 
     with zipfile.ZipFile(whl) as zf:
@@ -110,6 +148,11 @@ def main() -> int:
         check(all(ALLOWED_NEEDED.match(n) for n in needed), f"NEEDED only the C runtime: {needed}")
         check(not any(re.search(r"torch|c10|cuda", n) for n in needed), "no libtorch/libc10/CUDA in NEEDED")
         check(not paths, f"no RPATH/RUNPATH: {paths or 'none'}")
+        needs = glibc_needed(elf)
+        tag_ok = all(g is not None and needs <= g for g in plat_glibc)
+        check(tag_ok, f"highest glibc symbol version GLIBC_{fmt(needs)}: within the tag ({m['plat']})")
+        if max_glibc:
+            check(needs <= max_glibc, f"highest glibc symbol version GLIBC_{fmt(needs)} <= {fmt(max_glibc)}")
 
     if args.auditwheel:
         with tempfile.TemporaryDirectory() as tmp:

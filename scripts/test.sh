@@ -44,10 +44,12 @@ step "cargo test (Rust unit tests)" rust_tests
 step "pytest" "$PY" -m pytest -q tests
 step "benchmark smoke run" "$PY" -m aitune_fast.bench --smoke
 
-# The wheel as users get it: built from a clean clone of HEAD, inspected, installed into fresh venvs next
-# to torch 2.10 (Python 3.10) and the newest torch (Python 3.13), reader checked, smoke benchmark run
-# there. About 5 minutes warm; the first run on a machine also downloads torch twice (uv's cache, under
-# ~/.cache/aitune_fast). AITUNE_FAST_SKIP_WHEEL_CHECK=1 skips it, loudly.
+# The release artifacts as users get them: the sdist and the manylinux_2_28 wheels for CPython 3.10-3.13 built by
+# scripts/build_wheels.sh in a clean clone of HEAD, inspected, the workflow linted, installed into fresh venvs
+# next to torch 2.10 (Python 3.10) and the newest torch (Python 3.13), the sdist compiled by pip; reader checked,
+# smoke benchmark run there. Measured on this 2-core machine while others built: cold (empty ~/.cache/aitune_fast:
+# tools, four fat-LTO builds, torch downloaded twice) 31 minutes; warm 11.5 minutes, most of it the three smoke
+# runs and the sdist's compilation (always fresh, ~2.5 minutes). AITUNE_FAST_SKIP_WHEEL_CHECK=1 skips it, loudly.
 skipped=()
 if [ "${AITUNE_FAST_SKIP_WHEEL_CHECK:-0}" = "1" ]; then
     echo

@@ -7,13 +7,16 @@ The wheel itself (tags, contents, ELF, installs next to several torch versions) 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from importlib.metadata import metadata
 from pathlib import Path
 
 import aitune_fast
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,3 +81,80 @@ def test_bench_without_the_reference_says_how_to_install_it(tmp_path):
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr
     assert "pip install --no-deps aitune==0.6.0" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ release workflow
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+
+
+def _actionlint() -> str | None:
+    """actionlint from PATH or from the release tools venv (scripts/release_tools.sh; scripts/setup.sh makes it)."""
+    cache = os.environ.get("AITUNE_FAST_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aitune_fast"
+    )
+    candidate = Path(cache) / "tools" / "bin" / "actionlint"
+    return shutil.which("actionlint") or (str(candidate) if candidate.is_file() else None)
+
+
+def test_release_workflow_passes_actionlint():
+    tool = _actionlint()
+    if tool is None:
+        assert not os.environ.get("CI"), "actionlint missing: scripts/setup.sh installs it (release_tools.sh)"
+        pytest.skip("actionlint not installed: bash scripts/setup.sh installs it")
+    # shellcheck from the same tools venv checks the `run:` scripts (actionlint skips them without it)
+    env = {**os.environ, "PATH": f"{Path(tool).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(
+        [tool, "-no-color", "-oneline"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _shell_array(path: Path, name: str) -> list[str]:
+    match = re.search(rf"^{name}=\(([^)]*)\)", path.read_text(), re.M)
+    assert match, f"no {name}=(...) in {path.name}"
+    return [w.strip('"') for w in match.group(1).split()]
+
+
+def test_release_workflow_builds_tests_and_publishes_what_the_scripts_build():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    jobs = wf["jobs"]
+    pythons = _shell_array(ROOT / "scripts" / "build_wheels.sh", "PYTHONS")
+    classifiers = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', (ROOT / "pyproject.toml").read_text())
+    assert pythons == classifiers == ["3.10", "3.11", "3.12", "3.13"]
+    # the wheels: maturin's action, both architectures, manylinux_2_28, the same interpreters, the pinned maturin
+    build = next(s for s in jobs["wheels"]["steps"] if s.get("uses", "").startswith("PyO3/maturin-action@"))
+    assert jobs["wheels"]["strategy"]["matrix"]["target"] == ["x86_64", "aarch64"]
+    assert build["with"]["manylinux"] == "2_28" and build["with"]["target"] == "${{ matrix.target }}"
+    args = build["with"]["args"].split()
+    assert "--release" in args and "--locked" in args
+    assert args[args.index("--interpreter") + 1 :][: len(pythons)] == pythons
+    maturin_pin = next(p for p in _shell_array(ROOT / "scripts" / "release_tools.sh", "TOOL_PINS") if "maturin" in p)
+    assert maturin_pin == f"maturin=={wf['env']['MATURIN_VERSION']}"
+    sdist = next(s for s in jobs["sdist"]["steps"] if s.get("uses", "").startswith("PyO3/maturin-action@"))
+    assert sdist["with"]["command"] == "sdist"
+    # the tests: the x86_64 wheels next to torch 2.10 on the oldest Python and the newest torch on the newest; the sdist
+    runs = {(m["python"], m["torch"], m["install"]) for m in jobs["test"]["strategy"]["matrix"]["include"]}
+    assert {(pythons[0], "torch==2.10.*", "wheel"), (pythons[-1], "torch", "wheel")} <= runs
+    assert any(install == "sdist" for _, _, install in runs)
+    assert "scripts/wheel_smoke.py" in str(jobs["test"]["steps"])
+    # publishing: only for a version tag, after the tests, by trusted publishing from an environment
+    on = wf.get("on", wf.get(True))
+    assert on["push"]["tags"] == ["v*"]
+    publish = jobs["publish"]
+    assert "startsWith(github.ref, 'refs/tags/v')" in publish["if"] and "github.event_name == 'push'" in publish["if"]
+    assert {"wheels", "sdist", "test"} <= set(publish["needs"])
+    assert publish["permissions"] == {"id-token": "write"} and publish["environment"] == "pypi"
+    assert wf["permissions"] == {"contents": "read"}
+    assert publish["steps"][-1]["uses"].startswith("pypa/gh-action-pypi-publish@")
+    assert "password" not in publish["steps"][-1].get("with", {})
+
+
+def test_workflow_actions_are_pinned_to_commits():
+    """Each `uses:` names a full commit hash, with the release it is in as a comment."""
+    for path in (ROOT / ".github" / "workflows").glob("*.yml"):
+        uses = re.findall(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", path.read_text(), re.M)
+        assert uses, path
+        for ref, comment in uses:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned to a commit"
+            assert re.fullmatch(r"\s*# v\d+(\.\d+)*", comment), f"{path.name}: {ref} has no `# vX.Y.Z` comment"
