@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import aitune_fast
-from aitune_fast import _config
+from aitune_fast import _config, _tuned_call
 
 # the module, not the `global_context` object the package exports under the same name
 _gc_module = sys.modules["aitune_fast.global_context"]
@@ -97,13 +97,17 @@ def is_aitune_patched() -> bool:
     return _state.active
 
 
-def patch_aitune() -> None:
+def patch_aitune(call_path: bool = True) -> None:
     """Make every loaded ``aitune`` module, and any imported later, use aitune_fast.
 
-    Idempotent. Raises ImportError when ``aitune`` is not installed.
+    `call_path`: also run a tuned module's per-call path (``Module._forward``, ``TunedModule.__call__``,
+    ``Backend.infer``) on aitune_fast's implementation (``_tuned_call``); False keeps AITune's own, with only the
+    metadata swapped. Calling it again while patched switches the call path. Idempotent. Raises ImportError when
+    ``aitune`` is not installed.
     """
     with _state.lock:
         if _state.active:
+            _tuned_call.enable(call_path)  # the call path switch (issue 20)
             return
         if "aitune" not in sys.modules and importlib.util.find_spec("aitune") is None:
             raise ImportError(
@@ -122,6 +126,7 @@ def patch_aitune() -> None:
                 if module is not None:
                     _on_loaded(module)
             _convert_live_objects(to_ours=True)
+            _tuned_call.enable(call_path)  # the call path (issue 20): now and as AITune's modules load
         except BaseException:
             _unpatch_locked()
             raise
@@ -136,6 +141,7 @@ def unpatch_aitune() -> None:
 
 
 def _unpatch_locked() -> None:
+    _tuned_call.enable(False)  # the call path (issue 20) first: stock classes and live modules' wrappers back
     finder = _state.finder
     if finder is not None and finder in sys.meta_path:
         sys.meta_path.remove(finder)
@@ -197,6 +203,7 @@ def _on_loaded(module: Any) -> None:
         _wrap_to_dict(module.TunedModule)
     elif name == _STORAGE_TASKS:
         _wrap_checkpoint_files(module)
+    _tuned_call.on_loaded(module)  # the call path (issue 20), when enabled
 
 
 class _Loader(importlib.abc.Loader):
