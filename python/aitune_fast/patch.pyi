@@ -18,8 +18,9 @@ def patch_aitune(call_path: bool = True) -> None:
     """
 
 def unpatch_aitune() -> None:
-    """Restore stock AITune exactly: its objects, call path and checkpoint functions everywhere, its registry updated with the
-    registrations made while patched, live backend keys converted back. Idempotent."""
+    """Restore stock AITune exactly: its objects, call path and checkpoint functions everywhere (live modules'
+    forward wrappers included), its registry updated with the registrations made while patched, live backend keys
+    converted back. Idempotent."""
 
 def is_aitune_patched() -> bool:
     """Whether ``patch_aitune()`` is in effect."""
