@@ -75,18 +75,18 @@ def test_transcript_covers_the_quirks(runs):
     assert stock["raises"] == {"error": "ValueError", "message": "forward failed"}
     assert stock["after_raise_state"] == ["FunctionWrapper", 1] and "ok" in stock["after_raise"]
     assert stock["missing"] == {"error": "TypeError", "message": "missing a required argument: 'x'"}
-    assert stock["no_backend"]["message"].startswith("No backend found for a graph with metadata: ")
-    assert (
-        stock["log"]
-        == [
-            ["push", "infer module:probe backend:TorchEagerBackend()", "green"],
-            ["scope", "infer", "probe", "TorchEagerBackend()"],
-            ["end_scope"],
-            ["pop"],
-        ]
-        * 1
-        + stock["log"][4:]
-    )
+    assert stock["no_backend_rank"] == {
+        "error": "RuntimeError",
+        "message": "No backend found for a graph with metadata: Tensors: x",
+    }
+    one_call = [
+        ["push", "infer module:probe backend:TorchEagerBackend()", "green"],
+        ["scope", "infer", "probe", "TorchEagerBackend()"],
+        ["end_scope"],
+        ["pop"],
+    ]
+    assert stock["log"] == one_call  # the second call (scale=...) found no backend
+    assert stock["reenter_log"] == one_call[:2] + one_call + one_call[2:]  # nested, in order
     assert stock["grad_on"][1:] == [False, True] and stock["grad_off"][1:] == [False, False]
     assert len(stock["reenter_seen"][0]["stack"]) == 3
 
