@@ -150,7 +150,12 @@ def transcript(ait, torch, m, probe, x):
     }.items():
         t[name] = record(call)
     with torch.enable_grad():
-        t["grad_on"] = [record(lambda: m(x).detach()), probe.seen[-1]["grad"], torch.is_grad_enabled()]
+        backend = next(iter(m.module.backends.values()))
+    backend._config.autocast_dtype = torch.bfloat16  # describe() changes; the backend's _infer does not
+    LOG.clear()
+    t["config_changed"] = [record(lambda: m(x)), list(LOG)]
+    backend._config.autocast_dtype = None
+    t["grad_on"] = [record(lambda: m(x).detach()), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     with torch.no_grad():
         t["grad_off"] = [record(lambda: m(x)), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     return t

@@ -37,6 +37,7 @@ __all__ = ["enable", "on_loaded"]
 _WRAPPER_MODULE = "aitune.torch.module.wrapper_module"
 _TUNED_MODULE = "aitune.torch.module.tuned_module"
 _BACKEND = "aitune.torch.backend.backend"
+_EAGER = "aitune.torch.backend.torch_eager"
 _MAX_SHAPES = 64  # call shapes kept per forward signature
 _MAX_SIGNATURES = 1024  # forward signatures with kept shapes
 _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
@@ -62,6 +63,11 @@ class _Refs:
     module_key: str = ""
     backend_key: str = ""
     infer: Any = None  # the fast Backend.infer's parts, see _infer_parts
+    eager_infer: Any = None  # stock's TorchEagerBackend._infer, which _infer_body runs inline
+    eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
+    backend_config: Any = None  # BackendConfig
+    grad_enabled: Any = None  # torch.is_grad_enabled
+    set_grad_enabled: Any = None  # torch._C._set_grad_enabled: what torch.no_grad() calls on entry and exit
 
 
 _refs = _Refs()
@@ -75,7 +81,7 @@ def enable(on: bool) -> None:
             return
         if on:
             _enabled = True
-            for name in (_BACKEND, _TUNED_MODULE, _WRAPPER_MODULE):
+            for name in (_BACKEND, _EAGER, _TUNED_MODULE, _WRAPPER_MODULE):
                 module = sys.modules.get(name)
                 if module is not None:
                     on_loaded(module)
@@ -92,6 +98,8 @@ def on_loaded(module: Any) -> None:
         name = getattr(module, "__name__", None)
         if name == _BACKEND:
             _install_infer(module)
+        elif name == _EAGER:
+            _learn_eager_infer(module)
         elif name == _TUNED_MODULE:
             _install_tuned_call(module)
         elif name == _WRAPPER_MODULE:
@@ -224,68 +232,62 @@ def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _call(tuned: Any, args: tuple, kwargs: dict) -> Any:
-    signature = tuned._forward_signature
-    binder = _binder(signature, args, kwargs)
-    if binder is None:  # stock's steps, so that a call that does not bind fails as stock's does
-        bound = signature.normalize(args, kwargs)
-        return _in_module_context(tuned, tuned._backend_func, (bound.args, bound.kwargs))
+    """``TunedModule.__call__(*args, **kwargs)``: bind, then in a new AITune context naming the module, the backend
+    function (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``;
+    any other function as it is)."""
+    binder = _binder(tuned._forward_signature, args, kwargs)
+    context = _refs.gctx
+    if binder is None or type(context) is not _refs.gctx_cls:
+        return _call_stock_steps(tuned, args, kwargs)
     call_args, call_kwargs, arguments = binder(args, kwargs)
     func = tuned._backend_func
-    if type(func) is types.MethodType and func.__self__ is tuned:
-        if func.__func__ is _refs.safe_call:
-            return _in_module_context(tuned, _call_backend, (tuned, call_args, call_kwargs, arguments))
-        if func.__func__ is _refs.unique_call:
-            return _in_module_context(tuned, _infer_call, (tuned._unique_backend, call_args, call_kwargs))
-    return _in_module_context(tuned, func, (call_args, call_kwargs))
-
-
-def _in_module_context(tuned: Any, func: Any, call_args: tuple) -> Any:
-    """``func(*call_args)`` in a new AITune context naming the module, as ``TunedModule.__call__`` runs it."""
-    context = _refs.gctx
-    if type(context) is not _refs.gctx_cls:
-        with context:
-            context.set(_refs.module_key, tuned._module_name)
-            return func(*call_args)
-    _push(context, _refs.module_key, tuned._module_name)
+    with context._lock:
+        stack = context._data_stack
+        top = stack[-1].copy()
+        top[_refs.module_key] = tuned._module_name
+        stack.append(top)
     try:
-        return func(*call_args)
+        method = getattr(func, "__func__", None)
+        if method is _refs.safe_call and func.__self__ is tuned:
+            backend = _backend_for(tuned, arguments)
+        elif method is _refs.unique_call and func.__self__ is tuned:
+            backend = tuned._unique_backend
+        else:
+            return func((call_args, call_kwargs))
+        if type(backend).infer is _infer and "_method" not in call_kwargs:
+            return _infer_body(backend, call_args, call_kwargs)
+        return backend.infer(*call_args, **call_kwargs)
     finally:
         with context._lock:
             context._data_stack.pop()
 
 
-def _push(context: Any, key: str, value: Any) -> dict:
-    """``with global_context: global_context.set(key, value)``'s entry, in one step under the context's lock."""
-    with context._lock:
-        stack = context._data_stack
-        top = stack[-1].copy()
-        top[key] = value
-        stack.append(top)
-    return top
+def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
+    """``TunedModule.__call__`` step by step as stock runs it (a call shape that does not bind fails as there)."""
+    bound = tuned._forward_signature.normalize(args, kwargs)
+    sample = (bound.args, bound.kwargs)
+    context = _refs.gctx
+    with context:
+        context.set(_refs.module_key, tuned._module_name)
+        return tuned._backend_func(sample)
 
 
-def _call_backend(tuned: Any, args: tuple, kwargs: dict, arguments: dict) -> Any:
-    """``safe_call_backend``: the backend whose key equals the call's metadata."""
+def _backend_for(tuned: Any, arguments: dict) -> Any:
+    """``safe_call_backend``'s lookup: the backend whose key equals the call's metadata."""
     metadata = _refs.tuned_module.SampleMetadata.from_inputs(arguments, strict=tuned._config.strict_mode)
     backends = tuned._backends
     if type(backends) is OrderedDict or type(backends) is dict:
         backend = backends.get(metadata, _MISSING)
         if backend is _MISSING:
             raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
-    else:
-        if metadata not in backends:
-            raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
-        backend = backends[metadata]
-    return _infer_call(backend, args, kwargs)
-
-
-def _infer_call(backend: Any, args: tuple, kwargs: dict) -> Any:
-    if type(backend).infer is _infer and "_method" not in kwargs:
-        return _infer_body(backend, args, kwargs)
-    return backend.infer(*args, **kwargs)
+        return backend
+    if metadata not in backends:
+        raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
+    return backends[metadata]
 
 
 _MISSING = object()
+_IMMUTABLE = frozenset((type(None), bool, int, float, str))  # with torch.dtype, added when torch is seen
 
 
 # ---------------------------------------------------------------------------------------------- binding
@@ -426,7 +428,7 @@ def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
         top = stack[-1].copy()
         stack.append(top)
     try:
-        top[_refs.backend_key] = backend.describe()  # stock: set() inside the new context
+        top[_refs.backend_key] = _describe(backend)  # stock: set() inside the new context
         message = parts.nvtx_decorator.name
         module_name = top.get(_refs.module_key)
         if module_name is not None:
@@ -434,20 +436,114 @@ def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
         backend_name = top.get(_refs.backend_key)
         if backend_name is not None:
             message += f" backend:{backend_name}"
-        annotation = parts.nvtx_decorator._nvtx_annotation = _annotation(parts, message)
+        annotation = parts.annotations.get(message) if parts.nvtx_module.nvtx.annotate is parts.annotate_cls else None
+        if annotation is None:
+            annotation = _annotation(parts, message)
+        parts.nvtx_decorator._nvtx_annotation = annotation
         with annotation:
             parts.metrics_module.get_default_collector().start_scope(parts.scope)
             try:
                 state = backend.state
                 if state != parts.states[0] and state != parts.states[1]:
                     raise RuntimeError(f"Cannot run inference, backend {backend.name} should be activated first")
-                result = backend._infer(*args, **kwargs)
+                if type(backend)._infer is not _refs.eager_infer or "_infer" in backend.__dict__:
+                    result = backend._infer(*args, **kwargs)
+                else:  # stock TorchEager's: `with torch.no_grad(): return self._orig_module(...)`, inline
+                    enabled = _refs.grad_enabled()
+                    _refs.set_grad_enabled(False)
+                    try:
+                        result = backend._orig_module(*args, **kwargs)
+                    finally:
+                        _refs.set_grad_enabled(enabled)
             finally:
                 parts.metrics_module.get_default_collector().end_scope()
             return result
     finally:
         with context._lock:
             context._data_stack.pop()
+
+
+# ---------------------------------------------------------------------------------------------- describe()
+
+_MAX_DESCRIPTIONS = 4096  # backend descriptions kept, by backend class, config class and config values
+_descriptions: dict[tuple, str] = {}
+_describable: dict[tuple[type, type], Any] = {}  # (backend class, config class) -> field getter, or None
+
+
+def _describe(backend: Any) -> str:
+    """``backend.describe()``, kept by (backend class, config class, config field values) where that is all it
+    reads: the backend's ``describe`` is ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain
+    dataclass whose ``describe()`` is ``BackendConfig``'s (a fresh default instance compared field by field),
+    with no ``__post_init__`` and field values of immutable types."""
+    config = getattr(backend, "_config", None)
+    kind = (type(backend), type(config))
+    getter = _describable.get(kind, _MISSING)
+    if getter is _MISSING:
+        getter = _describable[kind] = _field_getter(*kind)
+    if getter is None:
+        return backend.describe()
+    values = getter(config)
+    if not _IMMUTABLE.issuperset(map(type, values)):
+        return backend.describe()
+    key = (kind, values)
+    description = _descriptions.get(key)
+    if description is None:
+        if len(_descriptions) >= _MAX_DESCRIPTIONS:
+            _descriptions.clear()
+        description = _descriptions[key] = backend.describe()
+    return description
+
+
+def _field_getter(backend_cls: type, config_cls: type) -> Any:
+    """A function giving the tuple of a config's field values, if `_describe` may keep descriptions of this pair of
+    classes; else None."""
+    import dataclasses
+    import operator
+
+    base = _refs.backend_config
+    describe = getattr(backend_cls, "describe", None)
+    template = _refs.eager_describe
+    if base is None or template is None or not dataclasses.is_dataclass(config_cls):
+        return None
+    code = getattr(describe, "__code__", None)
+    if (
+        code is None
+        or describe.__closure__
+        or (code.co_code, code.co_names, code.co_consts)
+        != (
+            template.__code__.co_code,
+            template.__code__.co_names,
+            template.__code__.co_consts,
+        )
+    ):
+        return None
+    for name in ("describe", "_get_changed_fields", "_default_describe_fields", "__post_init__"):
+        if getattr(config_cls, name, None) is not getattr(base, name, None):
+            return None
+    names = [field.name for field in dataclasses.fields(config_cls)]
+    if not names:
+        return None
+    if len(names) == 1:
+        single = operator.attrgetter(names[0])
+        return lambda config: (single(config),)
+    return operator.attrgetter(*names)
+
+
+def _learn_eager_infer(eager_module: Any) -> None:
+    """Note stock's ``TorchEagerBackend._infer`` (``with torch.no_grad(): return self._orig_module(...)``)."""
+    cls = getattr(eager_module, "TorchEagerBackend", None)
+    infer = getattr(cls, "__dict__", {}).get("_infer")
+    describe = getattr(cls, "__dict__", {}).get("describe")
+    if getattr(describe, "__qualname__", None) == "TorchEagerBackend.describe":
+        _refs.eager_describe = describe
+        _refs.backend_config = sys.modules[_BACKEND].BackendConfig
+    if getattr(infer, "__qualname__", None) == "TorchEagerBackend._infer":
+        global _IMMUTABLE
+        torch = sys.modules["torch"]
+        _IMMUTABLE = _IMMUTABLE | {torch.dtype}
+        _refs.eager_infer = infer
+        _refs.grad_enabled = torch.is_grad_enabled
+        _refs.set_grad_enabled = torch._C._set_grad_enabled
 
 
 def _annotation(parts: _InferParts, message: str) -> Any:

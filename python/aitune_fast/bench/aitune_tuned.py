@@ -3,17 +3,20 @@
 Runs in its own process (``python -m aitune_fast.bench.aitune_tuned``): it needs a real ``import aitune.torch``,
 which the rest of the benchmark never does (it loads the reference's metadata modules only). Three modules are
 tuned on the CPU with ``OneBackendStrategy(TorchEagerBackend())``: an MLP and an LLM-like decode step (input ids,
-attention mask, a dict cache of 24 layers of key/value tensors) with and without ``cache_position``.
+attention mask, a dict cache of 24 layers of key/value tensors) with and without ``cache_position``; and the same
+three with a forward that does nothing (AITune's path alone).
 
-* overhead: a tuned call minus a plain call of an identical module on the same arguments, in alternating
-  rounds, collector paused; the median over rounds. Stock AITune first, then ``patch_aitune()`` and the same
-  modules tuned again.
+* overhead: a tuned call minus a plain call of an identical module on the same arguments, collector paused; the
+  median over rounds. Each round takes the modules (tuned stock) stock (``unpatch_aitune()``), patched
+  (``patch_aitune(call_path=False)``: the metadata only; the backend keys converted at the switch) and on the call
+  path (``patch_aitune()``) in turn, so that the three columns share the machine's state.
 * metadata: the work inside that call, ``SampleMetadata.from_inputs(arguments, strict=True)`` plus the backend
-  lookup, on the same arguments against the same backend dicts (the reference's before the patch, ours after),
-  the modules' rows in interleaved rounds (ours: keys as tuned and compact side by side).
-* patched, compact keys: the patched modules again with backend keys rebuilt from JSON, i.e. never read through
-  their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
-* a cProfile breakdown of the patched LLM decode call (what remains: AITune's own wrapper code).
+  lookup, on the same arguments against the same backend dicts (the reference's on the stock modules, ours on
+  modules tuned under the patch), the modules' rows in interleaved rounds (ours: keys as tuned and compact side by
+  side).
+* compact keys: the modules tuned under the metadata-only patch, with backend keys rebuilt from JSON, i.e. never
+  read through their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
+* a cProfile breakdown of the llm_decode call on the call path (what remains).
 
 If ``import aitune.torch`` fails, the workload is skipped with the reason. AITune imports ``tensorrt``
 unconditionally; where it is missing and this runs from a source checkout, the test fixture stand-in
@@ -199,8 +202,9 @@ def _llm_sample(torch: Any) -> dict[str, Any]:
     }
 
 
-def _tune_all(ait: Any, torch: Any, tag: str) -> dict[str, tuple[Any, Any, tuple, dict]]:
-    """name -> (tuned module, plain copy, args, kwargs) of one call at batch size 2."""
+def _tune_all(ait: Any, torch: Any, tag: str, names: tuple = ()) -> dict[str, tuple[Any, Any, tuple, dict]]:
+    """name -> (tuned module, plain copy, args, kwargs) of one call at batch size 2 (the modules in `names`, or
+    all)."""
     from aitune.torch.backend import TorchEagerBackend
     from aitune.torch.module_registry import MODULE_REGISTRY
 
@@ -212,6 +216,8 @@ def _tune_all(ait: Any, torch: Any, tag: str) -> dict[str, tuple[Any, Any, tuple
 
     out = {}
     for name, model in _models(torch).items():
+        if names and name not in names:
+            continue
         MODULE_REGISTRY.clear()
         plain = copy.deepcopy(model)
         tuned = ait.Module(model, f"{name.replace(':', '-')}-{tag}", strategy=strategy())
@@ -358,29 +364,29 @@ def child(mode: str) -> dict[str, Any]:
     reference_sm = reference_module.SampleMetadata
     stock = _tune_all(ait, torch, "stock")
     rows: dict[str, dict[str, float]] = {name: {} for name in ROWS}
-    overhead = _overheads(stock, {"stock": lambda: None}, rounds, n)["stock"]
-    for name, row in rows.items():
-        row["stock_us"], row["stock_path_us"] = overhead[name], overhead[name + PATH]
     works = {}
     for name in ROWS:
         tuned, _, args, kwargs = stock[name]
         works[name] = _metadata_work(reference_sm, tuned, args, kwargs)
     for name, us in _metadata_us(works, rounds, n).items():
         rows[name]["meta_ref_us"] = us
-    del stock, works
-    aitune_fast.patch_aitune(call_path=False)
-    patched = _tune_all(ait, torch, "patched")
-    tuned, _, args, kwargs = patched["llm_decode"]
-    key_eq = {"tuned": _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)}
+    del works
+    # the same modules (tuned stock) stock, patched and on the call path, in rounds that switch between the three
     settings = {
+        "stock": aitune_fast.unpatch_aitune,
         "patched": lambda: aitune_fast.patch_aitune(call_path=False),
         "fast": lambda: aitune_fast.patch_aitune(call_path=True),
     }
-    overheads = _overheads(patched, settings, rounds, n)
+    overheads = _overheads(stock, settings, rounds, n)
     for name, row in rows.items():
         for key, per_module in overheads.items():
             row[f"{key}_us"], row[f"{key}_path_us"] = per_module[name], per_module[name + PATH]
+    aitune_fast.unpatch_aitune()
+    del stock
     aitune_fast.patch_aitune(call_path=False)
+    patched = _tune_all(ait, torch, "patched", ROWS)
+    tuned, _, args, kwargs = patched["llm_decode"]
+    key_eq = {"tuned": _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)}
     # the keys as tuned and rebuilt from JSON, side by side
     works = {}
     for name in ROWS:
