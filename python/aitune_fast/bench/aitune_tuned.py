@@ -6,10 +6,11 @@ tuned on the CPU with ``OneBackendStrategy(TorchEagerBackend())``: an MLP and an
 attention mask, a dict cache of 24 layers of key/value tensors) with and without ``cache_position``; and the same
 three with a forward that does nothing (AITune's path alone).
 
-* overhead: a tuned call minus a plain call of an identical module on the same arguments, collector paused; the
-  median over rounds. Each round takes the modules (tuned stock) stock (``unpatch_aitune()``), patched
-  (``patch_aitune(call_path=False)``: the metadata only; the backend keys converted at the switch) and on the call
-  path (``patch_aitune()``) in turn, so that the three columns share the machine's state.
+* overhead: a tuned call minus a plain call of an identical module on the same arguments (the thread's CPU
+  time), collector paused; the median over rounds. Each round takes the modules (tuned stock) stock
+  (``unpatch_aitune()``), patched (``patch_aitune(call_path=False)``: the metadata only; the backend keys converted
+  at the switch) and on the call path (``patch_aitune()``) in turn, so that the three columns share the machine's
+  state.
 * metadata: the work inside that call, ``SampleMetadata.from_inputs(arguments, strict=True)`` plus the backend
   lookup, on the same arguments against the same backend dicts (the reference's on the stock modules, ours on
   modules tuned under the patch), the modules' rows in interleaved rounds (ours: keys as tuned and compact side by
@@ -234,10 +235,12 @@ def _tune_all(ait: Any, torch: Any, tag: str, names: tuple = ()) -> dict[str, tu
 
 
 def _loop(fn: Any, args: tuple, kwargs: dict, n: int) -> float:
-    t0 = time.perf_counter_ns()
+    """µs of this thread's CPU time per call (not wall time: on a shared machine the process is descheduled
+    at random, which a tuned-minus-plain difference cannot absorb)."""
+    t0 = time.thread_time_ns()
     for _ in range(n):
         fn(*args, **kwargs)
-    return (time.perf_counter_ns() - t0) / n / 1000.0
+    return (time.thread_time_ns() - t0) / n / 1000.0
 
 
 def _overheads(

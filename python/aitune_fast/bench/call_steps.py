@@ -2,7 +2,8 @@
 
 ``python -m aitune_fast.bench.call_steps`` (needs ``import aitune.torch``; from a source checkout the test fixture
 stand-in for ``tensorrt`` is used where TensorRT is missing). The modules are ``aitune_tuned``'s; each step's cost
-is the difference between two nested calls timed alone (median µs of interleaved rounds, collector paused):
+is the difference between two nested calls timed alone (median µs of the thread's CPU time over interleaved
+rounds, collector paused):
 
   wrapt + outer call   the Module proxy, the wrapped module's ``nn.Module.__call__``, the FunctionWrapper
   _forward swap        ``Module._forward``'s own work (hook dicts and ``forward`` out and back)
@@ -28,10 +29,10 @@ from aitune_fast.bench import aitune_tuned
 
 
 def _timer(fn: Any, n: int) -> float:
-    t0 = time.perf_counter_ns()
+    t0 = time.thread_time_ns()  # the thread's CPU time: descheduling on a shared machine does not count
     for _ in range(n):
         fn()
-    return (time.perf_counter_ns() - t0) / n / 1000.0
+    return (time.thread_time_ns() - t0) / n / 1000.0
 
 
 def steps(tuned: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> dict[str, float]:
