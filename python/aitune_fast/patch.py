@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import aitune_fast
-from aitune_fast import _config
+from aitune_fast import _config, _tuned_call
 
 # the module, not the `global_context` object the package exports under the same name
 _gc_module = sys.modules["aitune_fast.global_context"]
@@ -86,10 +86,12 @@ _SUPPORTED_AITUNE = ((0, 6, 0), (0, 7, 0))
 _SUPPORTED_AITUNE_TEXT = "aitune>=0.6.0,<0.7.0"
 
 # AITune's code that builds a metadata and then looks it up in a dict keyed by metadata: a toggle waits until the
-# calls in it when the names switched have returned, before it drops the other world's keys
+# calls in it when the names switched have returned, before it drops the other world's keys: (module, class or ""
+# for a module-level function, function)
 _DISPATCH_CODE: tuple[tuple[str, str, str], ...] = (
     ("aitune.torch.module.tuned_module", "TunedModule", "safe_call_backend"),
     ("aitune.torch.module.recording_module", "RecordingModule", "__call__"),
+    ("aitune_fast._tuned_call", "", "_backend_for"),  # the call path's safe_call_backend
 )
 _CALLS_IN_FLIGHT_LIMIT_S = 5.0  # the longest a toggle waits for them
 _CONTAINER_DEPTH = 8  # how deep the conversion looks into containers held by AITune's objects
@@ -128,14 +130,18 @@ def is_aitune_patched() -> bool:
     return _state.active
 
 
-def patch_aitune() -> None:
+def patch_aitune(call_path: bool = True) -> None:
     """Make every loaded ``aitune`` module, and any imported later, use aitune_fast.
 
-    Idempotent. Raises ImportError when ``aitune`` is not installed, RuntimeError when its version is not one the
-    patch was made for (``aitune>=0.6.0,<0.7.0``).
+    `call_path`: also run a tuned module's per-call path (``Module._forward``, ``TunedModule.__call__``,
+    ``Backend.infer``) on aitune_fast's implementation (``_tuned_call``); False keeps AITune's own, with only the
+    metadata swapped. Calling it again while patched switches the call path. Idempotent. Raises ImportError when
+    ``aitune`` is not installed, RuntimeError when its version is not one the patch was made for
+    (``aitune>=0.6.0,<0.7.0``).
     """
     with _state.lock:
         if _state.active:
+            _tuned_call.enable(call_path)  # the call path switch (issue 20)
             return
         if "aitune" not in sys.modules and importlib.util.find_spec("aitune") is None:
             raise ImportError(
@@ -162,6 +168,7 @@ def patch_aitune() -> None:
                     if module is not None and (name in _DEFINITIONS) is defining:
                         _on_loaded(module)
             _drop_stale_keys(stale)
+            _tuned_call.enable(call_path)  # the call path: now and as AITune's modules load
         except BaseException:
             _unpatch_locked()
             raise
@@ -176,6 +183,7 @@ def unpatch_aitune() -> None:
 
 
 def _unpatch_locked() -> None:
+    _tuned_call.enable(False)  # the call path (issue 20) first: stock classes and live modules' wrappers back
     finder = _state.finder
     if finder is not None and finder in sys.meta_path:
         sys.meta_path.remove(finder)
@@ -277,6 +285,7 @@ def _on_loaded(module: Any) -> None:
         _wrap_to_dict(module.TunedModule)
     elif name == _STORAGE_TASKS:
         _wrap_checkpoint_files(module)
+    _tuned_call.on_loaded(module)  # the call path (issue 20), when enabled
 
 
 class _ImportView(types.ModuleType):
@@ -574,8 +583,9 @@ def _drop_stale_keys(stale: list[tuple[Any, Any]]) -> None:
 def _dispatch_codes() -> set[Any]:
     codes = set()
     for module_name, class_name, attribute in _DISPATCH_CODE:
-        cls = getattr(sys.modules.get(module_name), class_name, None)
-        function = vars(cls).get(attribute) if isinstance(cls, type) else None
+        module = sys.modules.get(module_name)
+        owner = getattr(module, class_name, None) if class_name else module
+        function = vars(owner).get(attribute) if isinstance(owner, (type, types.ModuleType)) else None
         while function is not None:  # the functions the patch put in place keep AITune's as __wrapped__
             code = getattr(function, "__code__", None)
             if code is not None:

@@ -2,9 +2,14 @@
 
 from typing import Any
 
-def patch_aitune() -> None:
+def patch_aitune(call_path: bool = True) -> None:
     """Make every loaded ``aitune`` module, and any imported later, use aitune_fast's ``SampleMetadata``,
     ``ExactSampleMetadata``, ``TensorSpec``, ``Locator``, ``InfoLevel``, ``ObjectType`` and ``batch_tensor``.
+
+    `call_path` (default): also a tuned module's per-call path (``Module._forward`` and its hook swap,
+    ``TunedModule.__call__``, ``Backend.infer`` and its context, nvtx and hardware-metrics wrappers) runs on
+    aitune_fast's implementation, live modules included; ``call_path=False``: AITune's own call path with only the
+    metadata swapped. Calling it again while patched switches the call path.
 
     Also: the core reads AITune's ``global_context`` and ``config``; AITune's ``Locator`` registrations carry
     over; live tuned modules' backend keys are converted; ``aitune.torch.save`` writes what a stock AITune writes
@@ -13,8 +18,9 @@ def patch_aitune() -> None:
     """
 
 def unpatch_aitune() -> None:
-    """Restore stock AITune exactly: its objects and checkpoint functions everywhere, its registry updated with the
-    registrations made while patched, live backend keys converted back. Idempotent."""
+    """Restore stock AITune exactly: its objects, call path and checkpoint functions everywhere (live modules'
+    forward wrappers included), its registry updated with the registrations made while patched, live backend keys
+    converted back. Idempotent."""
 
 def is_aitune_patched() -> bool:
     """Whether ``patch_aitune()`` is in effect."""

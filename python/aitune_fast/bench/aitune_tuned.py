@@ -3,17 +3,21 @@
 Runs in its own process (``python -m aitune_fast.bench.aitune_tuned``): it needs a real ``import aitune.torch``,
 which the rest of the benchmark never does (it loads the reference's metadata modules only). Three modules are
 tuned on the CPU with ``OneBackendStrategy(TorchEagerBackend())``: an MLP and an LLM-like decode step (input ids,
-attention mask, a dict cache of 24 layers of key/value tensors) with and without ``cache_position``.
+attention mask, a dict cache of 24 layers of key/value tensors) with and without ``cache_position``; and the same
+three with a forward that does nothing (AITune's path alone).
 
-* overhead: a tuned call minus a plain call of an identical module on the same arguments, in alternating
-  rounds, collector paused; the median over rounds. Stock AITune first, then ``patch_aitune()`` and the same
-  modules tuned again.
+* overhead: a tuned call minus a plain call of an identical module on the same arguments (the thread's CPU
+  time), collector paused; the median over rounds. Each round takes the modules (tuned stock) stock
+  (``unpatch_aitune()``), patched (``patch_aitune(call_path=False)``: the metadata only; the backend keys converted
+  at the switch) and on the call path (``patch_aitune()``) in turn, so that the three columns share the machine's
+  state.
 * metadata: the work inside that call, ``SampleMetadata.from_inputs(arguments, strict=True)`` plus the backend
-  lookup, on the same arguments against the same backend dicts (the reference's before the patch, ours after),
-  the modules' rows in interleaved rounds (ours: keys as tuned and compact side by side).
-* patched, compact keys: the patched modules again with backend keys rebuilt from JSON, i.e. never read through
-  their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
-* a cProfile breakdown of the patched LLM decode call (what remains: AITune's own wrapper code).
+  lookup, on the same arguments against the same backend dicts (the reference's on the stock modules, ours on
+  modules tuned under the patch), the modules' rows in interleaved rounds (ours: keys as tuned and compact side by
+  side).
+* compact keys: the modules tuned under the metadata-only patch, with backend keys rebuilt from JSON, i.e. never
+  read through their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
+* a cProfile breakdown of the llm_decode call on the call path (what remains).
 
 If ``import aitune.torch`` fails, the workload is skipped with the reason. AITune imports ``tensorrt``
 unconditionally; where it is missing and this runs from a source checkout, the test fixture stand-in
@@ -44,8 +48,9 @@ _STUB = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tensorrt_s
 # ---------------------------------------------------------------------------------------------- parent side
 
 
-def run(mode: str, out_dir: Path | None = None) -> int:
-    """Run the workload in a child process and print its table; 0 also when skipped."""
+def run(mode: str, out_dir: Path | None = None) -> tuple[int, dict[str, Any] | None]:
+    """Run the workload in a child process and print its table: (exit status, 0 also when skipped; the result, None
+    when skipped or failed)."""
     env = dict(os.environ)
     if _STUB.is_dir():
         env["AITUNE_FAST_TENSORRT_STUB"] = str(_STUB)
@@ -55,46 +60,87 @@ def run(mode: str, out_dir: Path | None = None) -> int:
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         print(f"aitune_tuned: FAILED ({proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
-        return 1
+        return 1, None
     result = json.loads(lines[-1])
     if "skip" in result:
         print(f"\naitune_tuned: skipped: {result['skip']}")
-        return 0
+        return 0, None
     text = table(result)
     print("\n" + text)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "aitune_tuned.json").write_text(json.dumps(result, indent=1))
         (out_dir / "aitune_tuned.md").write_text(text + "\n")
-    return 0
+    return 0, result
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "AITune-tuned modules, per-forward overhead (tuned call minus plain call, median µs) and the metadata "
-        "work inside it (from_inputs + backend lookup):",
+        "AITune-tuned modules, per-forward overhead (tuned call minus plain call, median µs of interleaved rounds):",
+        "stock AITune; patched = patch_aitune(call_path=False), the metadata only; call path = patch_aitune(), "
+        "the whole per-call path; path alone = the same modules with a forward that does nothing.",
         "",
-        f"{'module':<22} {'stock':>9} {'patched':>9} {'ratio':>7} {'compact':>9} {'ratio':>7}"
-        f" | {'meta ref':>9} {'meta ours':>9} {'ratio':>7} {'compact':>9} {'ratio':>7}",
+        f"{'module':<15} {'stock':>8} {'patched':>8} {'ratio':>6} {'call path':>9} {'ratio':>6}"
+        f" | {'path alone:':>11} {'stock':>7} {'patched':>8} {'call path':>9} {'ratio':>6}",
     ]
     for name, row in result["rows"].items():
         lines.append(
-            f"{name:<22} {row['stock_us']:>9.1f} {row['patched_us']:>9.1f} {row['ratio']:>6.1f}x"
-            f" {row['compact_us']:>9.1f} {row['compact_ratio']:>6.1f}x"
-            f" | {row['meta_ref_us']:>9.2f} {row['meta_ours_us']:>9.2f} {row['meta_ratio']:>6.1f}x"
-            f" {row['meta_compact_us']:>9.2f} {row['meta_compact_ratio']:>6.1f}x"
+            f"{name:<15} {row['stock_us']:>8.1f} {row['patched_us']:>8.1f} {row['ratio']:>5.1f}x"
+            f" {row['fast_us']:>9.1f} {row['fast_ratio']:>5.1f}x"
+            f" | {'':>11} {row['stock_path_us']:>7.1f} {row['patched_path_us']:>8.1f} {row['fast_path_us']:>9.1f}"
+            f" {row['fast_path_ratio']:>5.1f}x"
         )
     lines += [
         "",
-        "compact: patched modules whose backend keys were rebuilt from JSON (never read through tensor_data).",
+        "The metadata work inside a call (from_inputs + backend lookup, µs), and the metadata-only patch with "
+        "compact keys:",
+        "",
+        f"{'module':<15} {'meta ref':>9} {'meta ours':>9} {'ratio':>7} {'compact':>9} {'ratio':>7}"
+        f" | {'compact keys':>12} {'ratio':>7}",
+    ]
+    for name, row in result["rows"].items():
+        lines.append(
+            f"{name:<15} {row['meta_ref_us']:>9.2f} {row['meta_ours_us']:>9.2f} {row['meta_ratio']:>6.1f}x"
+            f" {row['meta_compact_us']:>9.2f} {row['meta_compact_ratio']:>6.1f}x"
+            f" | {row['compact_us']:>12.1f} {row['compact_ratio']:>6.1f}x"
+        )
+    lines += [
+        "",
+        "compact keys: metadata-only patch, backend keys rebuilt from JSON (never read through tensor_data).",
         f"llm_decode backend key == a call's metadata: {result['key_eq_us']['tuned']:.2f} µs as tuned "
         f"(AITune's tuning read its tensor_data), {result['key_eq_us']['compact']:.2f} µs compact",
         f"tensorrt: {result['tensorrt']}",
         "",
-        "cProfile of the patched llm_decode_cp call (top by own time):",
+        "cProfile of the llm_decode_cp call on the call path (top by own time):",
         result["profile"],
     ]
     return "\n".join(lines)
+
+
+def report_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tuned-call rows of the main benchmark table: stock AITune in the reference column, the call path in
+    aitune_fast's (overhead over a plain call, and AITune's path alone)."""
+    rows = []
+    for name, row in result.get("rows", {}).items():
+        for op, label, stock, fast in (
+            ("tuned_call", "tuned call overhead", row["stock_us"], row["fast_us"]),
+            ("tuned_call_path", "AITune path alone", row["stock_path_us"], row["fast_path_us"]),
+        ):
+            times: dict[str, Any] = dict.fromkeys(("reference", "optree", "floor", "aitune_fast"))
+            times["reference"] = {"median_s": stock * 1e-6}
+            times["aitune_fast"] = {"median_s": fast * 1e-6}
+            ratio = stock / fast if fast > 0 else None
+            rows.append(
+                {
+                    "workload": f"tuned {name}",
+                    "op": op,
+                    "label": label,
+                    "gc_on": False,
+                    "times": times,
+                    "ratios": {"reference": ratio, "optree": None, "floor": None},
+                }
+            )
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------- child side
@@ -126,9 +172,25 @@ def _models(torch: Any) -> dict[str, Any]:
         def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
             return self.proj(self.emb(input_ids) * attention_mask[..., None])
 
+    class NoopMLP(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    class NoopLLM(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
+            return input_ids
+
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
-    return {"mlp": mlp, "llm_decode_cp": TinyLLM().eval(), "llm_decode": TinyLLM().eval()}
+    models = {"mlp": mlp, "llm_decode_cp": TinyLLM().eval(), "llm_decode": TinyLLM().eval()}
+    models[f"mlp{PATH}"] = NoopMLP().eval()
+    models[f"llm_decode_cp{PATH}"] = NoopLLM().eval()
+    models[f"llm_decode{PATH}"] = NoopLLM().eval()
+    return models
+
+
+PATH = ":path"  # suffix of the modules whose forward does nothing: AITune's path alone
+ROWS = ("mlp", "llm_decode_cp", "llm_decode")  # the modules of the table, each also with PATH
 
 
 def _llm_sample(torch: Any) -> dict[str, Any]:
@@ -141,8 +203,9 @@ def _llm_sample(torch: Any) -> dict[str, Any]:
     }
 
 
-def _tune_all(ait: Any, torch: Any, tag: str) -> dict[str, tuple[Any, Any, tuple, dict]]:
-    """name -> (tuned module, plain copy, args, kwargs) of one call at batch size 2."""
+def _tune_all(ait: Any, torch: Any, tag: str, names: tuple = ()) -> dict[str, tuple[Any, Any, tuple, dict]]:
+    """name -> (tuned module, plain copy, args, kwargs) of one call at batch size 2 (the modules in `names`, or
+    all)."""
     from aitune.torch.backend import TorchEagerBackend
     from aitune.torch.module_registry import MODULE_REGISTRY
 
@@ -154,15 +217,17 @@ def _tune_all(ait: Any, torch: Any, tag: str) -> dict[str, tuple[Any, Any, tuple
 
     out = {}
     for name, model in _models(torch).items():
+        if names and name not in names:
+            continue
         MODULE_REGISTRY.clear()
         plain = copy.deepcopy(model)
-        tuned = ait.Module(model, f"{name}-{tag}", strategy=strategy())
-        if name == "mlp":
+        tuned = ait.Module(model, f"{name.replace(':', '-')}-{tag}", strategy=strategy())
+        if name.startswith("mlp"):
             ait.tune(tuned, torch.randn(16), batch_sizes=[1, 2], device="cpu")
             out[name] = (tuned, plain, (torch.randn(2, 16),), {})
             continue
         data = ait.DataLoaderFactory([_llm_sample(torch)], collate_fn=torch.utils.data.default_collate)
-        extra = {"cache_position": torch.tensor([16])} if name == "llm_decode_cp" else {}
+        extra = {"cache_position": torch.tensor([16])} if name.startswith("llm_decode_cp") else {}
         ait.tune(lambda t=tuned, e=extra, **kw: t(**kw, **e), data, batch_sizes=[1, 2], device="cpu")
         kwargs = dict(torch.utils.data.default_collate([_llm_sample(torch)] * 2), **extra)
         out[name] = (tuned, plain, (), kwargs)
@@ -170,29 +235,41 @@ def _tune_all(ait: Any, torch: Any, tag: str) -> dict[str, tuple[Any, Any, tuple
 
 
 def _loop(fn: Any, args: tuple, kwargs: dict, n: int) -> float:
-    t0 = time.perf_counter_ns()
+    """µs of this thread's CPU time per call (not wall time: on a shared machine the process is descheduled
+    at random, which a tuned-minus-plain difference cannot absorb)."""
+    t0 = time.thread_time_ns()
     for _ in range(n):
         fn(*args, **kwargs)
-    return (time.perf_counter_ns() - t0) / n / 1000.0
+    return (time.thread_time_ns() - t0) / n / 1000.0
 
 
-def _overhead_us(tuned: Any, plain: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> float:
+def _overheads(
+    modules: dict[str, tuple[Any, Any, tuple, dict]], settings: dict[str, Any], rounds: int, n: int
+) -> dict[str, dict[str, float]]:
+    """setting -> module -> median µs of (tuned call - plain call), in rounds that take every setting (a function
+    that puts it in place) and every module in turn, collector paused."""
     import torch
 
-    diffs = []
+    diffs: dict[str, dict[str, list[float]]] = {key: {name: [] for name in modules} for key in settings}
     with torch.no_grad():
-        _loop(tuned, args, kwargs, n)
-        _loop(plain, args, kwargs, n)
+        for switch in settings.values():
+            switch()
+            for tuned, plain, args, kwargs in modules.values():
+                _loop(tuned, args, kwargs, n)
+                _loop(plain, args, kwargs, n)
         gc.collect()
         gc.disable()
         try:
             for _ in range(rounds):
-                t = _loop(tuned, args, kwargs, n)
-                p = _loop(plain, args, kwargs, n)
-                diffs.append(t - p)
+                for key, switch in settings.items():
+                    switch()
+                    for name, (tuned, plain, args, kwargs) in modules.items():
+                        t = _loop(tuned, args, kwargs, n)
+                        p = _loop(plain, args, kwargs, n)
+                        diffs[key][name].append(t - p)
         finally:
             gc.enable()
-    return statistics.median(diffs)
+    return {key: {name: statistics.median(d) for name, d in per.items()} for key, per in diffs.items()}
 
 
 def _metadata_work(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, backends: Any = None) -> Any:
@@ -221,10 +298,10 @@ def _metadata_us(works: dict[str, Any], rounds: int, n: int) -> dict[str, float]
     try:
         for _ in range(rounds):
             for name, work in works.items():
-                t0 = time.perf_counter_ns()
+                t0 = time.thread_time_ns()
                 for _ in range(n):
                     work()
-                times[name].append((time.perf_counter_ns() - t0) / n / 1000.0)
+                times[name].append((time.thread_time_ns() - t0) / n / 1000.0)
     finally:
         gc.enable()
     return {name: statistics.median(t) for name, t in times.items()}
@@ -234,10 +311,10 @@ def _eq_us(key: Any, tuned: Any, args: tuple, kwargs: dict, n: int = 2000) -> fl
     wrapper = tuned.module
     md = type(key).from_inputs(wrapper._forward_signature.normalize(args, kwargs).arguments, strict=True)
     assert md == key
-    t0 = time.perf_counter_ns()
+    t0 = time.thread_time_ns()
     for _ in range(n):
         md == key  # noqa: B015
-    return (time.perf_counter_ns() - t0) / n / 1000.0
+    return (time.thread_time_ns() - t0) / n / 1000.0
 
 
 def _compact(backends: Any) -> dict[Any, Any]:
@@ -289,38 +366,55 @@ def child(mode: str) -> dict[str, Any]:
 
     reference_sm = reference_module.SampleMetadata
     stock = _tune_all(ait, torch, "stock")
-    rows: dict[str, dict[str, float]] = {}
-    for name, (tuned, plain, args, kwargs) in stock.items():
-        rows[name] = {"stock_us": _overhead_us(tuned, plain, args, kwargs, rounds, n)}
-    works = {name: _metadata_work(reference_sm, t, args, kwargs) for name, (t, _, args, kwargs) in stock.items()}
+    rows: dict[str, dict[str, float]] = {name: {} for name in ROWS}
+    works = {}
+    for name in ROWS:
+        tuned, _, args, kwargs = stock[name]
+        works[name] = _metadata_work(reference_sm, tuned, args, kwargs)
     for name, us in _metadata_us(works, rounds, n).items():
         rows[name]["meta_ref_us"] = us
-    del stock, works
-    aitune_fast.patch_aitune()
-    patched = _tune_all(ait, torch, "patched")
+    del works
+    # the same modules (tuned stock) stock, patched and on the call path, in rounds that switch between the three
+    settings = {
+        "stock": aitune_fast.unpatch_aitune,
+        "patched": lambda: aitune_fast.patch_aitune(call_path=False),
+        "fast": lambda: aitune_fast.patch_aitune(call_path=True),
+    }
+    overheads = _overheads(stock, settings, rounds, n)
+    for name, row in rows.items():
+        for key, per_module in overheads.items():
+            row[f"{key}_us"], row[f"{key}_path_us"] = per_module[name], per_module[name + PATH]
+    aitune_fast.unpatch_aitune()
+    del stock
+    aitune_fast.patch_aitune(call_path=False)
+    patched = _tune_all(ait, torch, "patched", ROWS)
     tuned, _, args, kwargs = patched["llm_decode"]
     key_eq = {"tuned": _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)}
-    for name, (tuned, plain, args, kwargs) in patched.items():
-        rows[name]["patched_us"] = _overhead_us(tuned, plain, args, kwargs, rounds, n)
     # the keys as tuned and rebuilt from JSON, side by side
     works = {}
-    for name, (tuned, _, args, kwargs) in patched.items():
+    for name in ROWS:
+        tuned, _, args, kwargs = patched[name]
         works[(name, "meta_ours_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs)
         compact = _compact(tuned.module.backends)
         works[(name, "meta_compact_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs, compact)
     for (name, field), us in _metadata_us(works, rounds, n).items():
         rows[name][field] = us
     del works
-    for name, (tuned, plain, args, kwargs) in patched.items():
+    compact_modules = {name: patched[name] for name in ROWS}
+    for tuned, *_ in compact_modules.values():
         _compact_keys(tuned)
-        rows[name]["compact_us"] = _overhead_us(tuned, plain, args, kwargs, rounds, n)
+    for name, us in _overheads(compact_modules, {"compact": lambda: None}, rounds, n)["compact"].items():
+        rows[name]["compact_us"] = us
     tuned, _, args, kwargs = patched["llm_decode"]
     key_eq["compact"] = _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)
     for row in rows.values():
         row["ratio"] = row["stock_us"] / max(row["patched_us"], 1e-9)
+        row["fast_ratio"] = row["stock_us"] / max(row["fast_us"], 1e-9)
+        row["fast_path_ratio"] = row["stock_path_us"] / max(row["fast_path_us"], 1e-9)
         row["compact_ratio"] = row["stock_us"] / max(row["compact_us"], 1e-9)
         row["meta_ratio"] = row["meta_ref_us"] / max(row["meta_ours_us"], 1e-9)
         row["meta_compact_ratio"] = row["meta_ref_us"] / max(row["meta_compact_us"], 1e-9)
+    aitune_fast.patch_aitune(call_path=True)
     tuned, _, args, kwargs = patched["llm_decode_cp"]
     profile = _profile(tuned, args, kwargs, n * 5)
     aitune_fast.unpatch_aitune()

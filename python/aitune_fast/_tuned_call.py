@@ -1,0 +1,571 @@
+"""The per-call path of an AITune-tuned module, in place under ``patch_aitune(call_path=True)``.
+
+A stock AITune 0.6.0 call of a tuned ``aitune.torch.Module`` runs, in Python: the wrapt ``FunctionWrapper`` that
+``Module.__init__`` put at ``module.forward``, ``Module._forward`` (which swaps the wrapped module's hook dicts and
+``forward`` out and back through eight ``nn.Module.__setattr__`` calls), ``TunedModule.__call__`` and
+``safe_call_backend`` (two ``inspect.Signature.bind`` calls), the backend key lookup, and ``Backend.infer`` under three
+decorators (``with_backend_context``, the nvtx range, the hardware-metrics scope). This module replaces, while
+enabled:
+
+* ``Module._forward`` on the class, and in every live ``Module`` the ``FunctionWrapper`` it built around the bound
+  ``_forward`` (wrapt captured the bound method, so the class attribute alone reaches only modules built later):
+  the same swap, written straight into the wrapped module's ``__dict__`` when its class keeps
+  ``nn.Module.__setattr__`` (the hook dicts are still replaced by copies each call, as stock does);
+* ``TunedModule.__call__``: each call shape (number of positional arguments, keyword names) of a forward signature is
+  bound once with ``ForwardSignature.normalize`` on placeholders, and the result compiled into one function that
+  builds the normalized arguments, keyword arguments and the ``arguments`` dict the metadata is built from (binding
+  looks at the shape only); a shape that does not bind goes through ``normalize`` itself, so errors are its own;
+* ``Backend.infer``: one function doing what the three decorators and the body do, in the same order, with the
+  nvtx ``annotate`` objects kept per message (when ``nvtx.annotate`` is nvtx's own class).
+
+Anything unexpected (a subclass overriding a method the fast path inlines, a replaced bound method, a wrapped
+module with its own ``__setattr__``) takes stock's code for that step. Installing and removing are one attribute
+store per object, so calls running in other threads finish on whichever path they started.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import types
+from collections import OrderedDict
+from typing import Any
+
+__all__ = ["enable", "on_loaded"]
+
+_WRAPPER_MODULE = "aitune.torch.module.wrapper_module"
+_TUNED_MODULE = "aitune.torch.module.tuned_module"
+_BACKEND = "aitune.torch.backend.backend"
+_EAGER = "aitune.torch.backend.torch_eager"
+_MAX_SHAPES = 64  # call shapes kept per forward signature
+_MAX_SIGNATURES = 1024  # forward signatures with kept shapes
+_MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
+
+_lock = threading.RLock()
+_enabled = False
+_replaced: dict[str, tuple[Any, str, Any]] = {}  # what -> (owner, attribute, stock value)
+
+
+class _Refs:
+    """AITune's objects the fast path uses, looked up when their modules load."""
+
+    module_cls: Any = None
+    nn_setattr: Any = None
+    init_state: Any = None
+    tuned_cls: Any = None
+    tuned_module: Any = None  # aitune.torch.module.tuned_module: its SampleMetadata name follows the patch
+    safe_call: Any = None
+    unique_call: Any = None
+    normalize: Any = None
+    gctx: Any = None
+    gctx_cls: Any = None
+    module_key: str = ""
+    backend_key: str = ""
+    infer: Any = None  # the fast Backend.infer's parts, see _infer_parts
+    eager_infer: Any = None  # stock's TorchEagerBackend._infer, which _infer_body runs inline
+    eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
+    backend_config: Any = None  # BackendConfig
+    grad_enabled: Any = None  # torch.is_grad_enabled
+    set_grad_enabled: Any = None  # torch._C._set_grad_enabled: what torch.no_grad() calls on entry and exit
+
+
+_refs = _Refs()
+
+
+def enable(on: bool) -> None:
+    """Put the fast call path in place (``on``) or take it out, in every loaded AITune module and live object."""
+    global _enabled
+    with _lock:
+        if on == _enabled:
+            return
+        if on:
+            _enabled = True
+            for name in (_BACKEND, _EAGER, _TUNED_MODULE, _WRAPPER_MODULE):
+                module = sys.modules.get(name)
+                if module is not None:
+                    on_loaded(module)
+        else:
+            _enabled = False
+            _uninstall()
+
+
+def on_loaded(module: Any) -> None:
+    """Install the part of the fast path that `module` (a freshly loaded AITune module) defines."""
+    with _lock:
+        if not _enabled:
+            return
+        name = getattr(module, "__name__", None)
+        if name == _BACKEND:
+            _install_infer(module)
+        elif name == _EAGER:
+            _learn_eager_infer(module)
+        elif name == _TUNED_MODULE:
+            _install_tuned_call(module)
+        elif name == _WRAPPER_MODULE:
+            _install_forward(module)
+
+
+def _put(key: str, owner: Any, attribute: str, value: Any) -> None:
+    original = owner.__dict__[attribute]
+    value.__doc__ = getattr(original, "__doc__", None)
+    value.__wrapped__ = original
+    setattr(owner, attribute, value)
+    _replaced[key] = (owner, attribute, original)
+
+
+def _uninstall() -> None:
+    for owner, attribute, original in reversed(list(_replaced.values())):
+        setattr(owner, attribute, original)
+    forward = _replaced.get("Module._forward")
+    _replaced.clear()
+    if forward is not None:
+        _swap_live_forwards(forward[0], to_fast=False)
+
+
+# ---------------------------------------------------------------------------------------------- Module._forward
+
+
+def _install_forward(wrapper_module: Any) -> None:
+    module_cls = getattr(wrapper_module, "Module", None)
+    state = getattr(wrapper_module, "ModuleState", None)
+    if not isinstance(module_cls, type) or "_forward" not in module_cls.__dict__ or "Module._forward" in _replaced:
+        return
+    _refs.module_cls = module_cls
+    _refs.init_state = state.INIT
+    _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
+    _put("Module._forward", module_cls, "_forward", _forward)
+    _swap_live_forwards(module_cls, to_fast=True)
+
+
+def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
+    """Give every live ``Module`` a ``FunctionWrapper`` around the fast ``_forward`` (or its stock one back)."""
+    import wrapt
+
+    for proxy in gc.get_objects():
+        if not issubclass(type(proxy), module_cls):
+            continue
+        try:
+            current = proxy._self_proxy_forward
+            bound = current._self_wrapper
+        except AttributeError:
+            continue
+        if type(bound) is not types.MethodType or bound.__self__ is not proxy:
+            continue
+        if to_fast and bound.__func__ is _forward.__wrapped__:
+            replacement = wrapt.decorator(types.MethodType(_forward, proxy))(current.__wrapped__)
+            replacement._self_stock = current
+        elif not to_fast and bound.__func__ is _forward:
+            replacement = getattr(current, "_self_stock", None)
+            if replacement is None:  # built while enabled: the stock wrapper it would have had
+                replacement = wrapt.decorator(proxy._forward)(current.__wrapped__)
+        else:
+            continue
+        proxy._self_proxy_forward = replacement
+        inner = proxy.__wrapped__
+        if inner.__dict__.get("forward") is current:
+            inner.forward = replacement
+
+
+def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``Module._forward``: the tuned (or recording, passthrough) wrapper called with the wrapped module's own
+    ``forward`` and no hooks in place, both put back afterwards."""
+    if self._self_state == _refs.init_state:
+        self.enable_recording()
+    inner = self.__wrapped__
+    if type(self) is not _refs.module_cls or type(inner).__setattr__ is not _refs.nn_setattr:
+        return _forward_stock_swap(self, args, kwargs)
+    state = inner.__dict__
+    try:
+        state["_current_forward_pre_hooks"] = OrderedDict(state["_forward_pre_hooks"])
+        state["_current_forward_hooks"] = OrderedDict(state["_forward_hooks"])
+        state["_forward_pre_hooks"] = OrderedDict()
+        state["forward"] = self._self_orig_forward
+        state["_forward_hooks"] = OrderedDict()
+        wrapper = self._self_wrapper
+        if type(wrapper) is _refs.tuned_cls and type(wrapper).__call__ is _tuned_call:
+            result = _call(wrapper, args, kwargs)
+        else:
+            result = wrapper(*args, **kwargs)
+    finally:
+        state["_forward_pre_hooks"] = state["_current_forward_pre_hooks"]
+        state["forward"] = self._self_proxy_forward
+        state["_forward_hooks"] = state["_current_forward_hooks"]
+    return result
+
+
+def _forward_stock_swap(self: Any, args: tuple, kwargs: dict) -> Any:
+    try:
+        self._restore_original_forward()
+        result = self._self_wrapper(*args, **kwargs)
+    finally:
+        self._proxy_forward()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- TunedModule
+
+
+def _install_tuned_call(tuned_module: Any) -> None:
+    tuned_cls = getattr(tuned_module, "TunedModule", None)
+    if not isinstance(tuned_cls, type) or "__call__" not in tuned_cls.__dict__ or "TunedModule.__call__" in _replaced:
+        return
+    gctx_module = sys.modules.get("aitune.global_context")
+    signature_module = sys.modules.get("aitune.torch.module.forward_signature")
+    if gctx_module is None or signature_module is None:
+        return
+    _refs.tuned_cls = tuned_cls
+    _refs.tuned_module = tuned_module
+    _refs.safe_call = tuned_cls.__dict__["safe_call_backend"]
+    _refs.unique_call = tuned_cls.__dict__["call_unique_backend"]
+    _refs.normalize = signature_module.ForwardSignature.__dict__["normalize"]
+    _refs.gctx = gctx_module.global_context
+    _refs.gctx_cls = gctx_module.GlobalContext
+    _refs.module_key = gctx_module.MODULE_CONTEXT_KEY
+    _refs.backend_key = gctx_module.BACKEND_CONTEXT_KEY
+    _put("TunedModule.__call__", tuned_cls, "__call__", _tuned_call)
+
+
+def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``TunedModule.__call__``."""
+    return _call(self, args, kwargs)
+
+
+def _call(tuned: Any, args: tuple, kwargs: dict) -> Any:
+    """``TunedModule.__call__(*args, **kwargs)``: bind, then in a new AITune context naming the module, the backend
+    function (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``;
+    any other function as it is)."""
+    binder = _binder(tuned._forward_signature, args, kwargs)
+    context = _refs.gctx
+    if binder is None or type(context) is not _refs.gctx_cls:
+        return _call_stock_steps(tuned, args, kwargs)
+    call_args, call_kwargs, arguments = binder(args, kwargs)
+    func = tuned._backend_func
+    with context._lock:
+        stack = context._data_stack
+        top = stack[-1].copy()
+        top[_refs.module_key] = tuned._module_name
+        stack.append(top)
+    try:
+        method = getattr(func, "__func__", None)
+        if method is _refs.safe_call and func.__self__ is tuned:
+            backend = _backend_for(tuned, arguments)
+        elif method is _refs.unique_call and func.__self__ is tuned:
+            backend = tuned._unique_backend
+        else:
+            return func((call_args, call_kwargs))
+        if type(backend).infer is _infer and "_method" not in call_kwargs:
+            return _infer_body(backend, call_args, call_kwargs)
+        return backend.infer(*call_args, **call_kwargs)
+    finally:
+        with context._lock:
+            context._data_stack.pop()
+
+
+def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
+    """``TunedModule.__call__`` step by step as stock runs it (a call shape that does not bind fails as there)."""
+    bound = tuned._forward_signature.normalize(args, kwargs)
+    sample = (bound.args, bound.kwargs)
+    context = _refs.gctx
+    with context:
+        context.set(_refs.module_key, tuned._module_name)
+        return tuned._backend_func(sample)
+
+
+def _backend_for(tuned: Any, arguments: dict) -> Any:
+    """``safe_call_backend``'s lookup: the backend whose key equals the call's metadata."""
+    metadata = _refs.tuned_module.SampleMetadata.from_inputs(arguments, strict=tuned._config.strict_mode)
+    backends = tuned._backends
+    if type(backends) is OrderedDict or type(backends) is dict:
+        backend = backends.get(metadata, _MISSING)
+        if backend is _MISSING:
+            raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
+        return backend
+    if metadata not in backends:
+        raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
+    return backends[metadata]
+
+
+_MISSING = object()
+_IMMUTABLE = frozenset((type(None), bool, int, float, str))  # with torch.dtype, added when torch is seen
+
+
+# ---------------------------------------------------------------------------------------------- binding
+
+
+class _Slot:
+    """A placeholder bound in place of a call's argument: where the argument came from."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+
+_binders: dict[int, tuple[Any, dict[tuple, Any]]] = {}  # id(signature) -> (it, shape -> binder or None)
+
+
+def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
+    """The compiled binder of this call's shape, or None where stock's ``normalize`` must run."""
+    if type(signature).normalize is not _refs.normalize:
+        return None
+    entry = _binders.get(id(signature))
+    if entry is None or entry[0] is not signature:
+        if len(_binders) >= _MAX_SIGNATURES:
+            _binders.clear()
+        entry = _binders[id(signature)] = (signature, {})
+    shapes = entry[1]
+    shape = (len(args), *kwargs)
+    try:
+        return shapes[shape]
+    except KeyError:
+        pass
+    if len(shapes) >= _MAX_SHAPES:
+        shapes.clear()
+    binder = shapes[shape] = _compile_binder(signature, len(args), tuple(kwargs))
+    return binder
+
+
+def _compile_binder(signature: Any, n_args: int, names: tuple) -> Any:
+    """Bind placeholders of this shape twice as ``TunedModule`` does; compile where each value goes."""
+    if any(type(name) is not str for name in names):
+        return None
+    slots_args = tuple(_Slot(f"a[{i}]") for i in range(n_args))
+    slots_kwargs = {name: _Slot(f"k[{str.__repr__(name)}]") for name in names}
+    try:
+        first = signature.normalize(slots_args, slots_kwargs)
+        call_args, call_kwargs = first.args, first.kwargs
+        arguments = signature.normalize(call_args, call_kwargs).arguments
+        source = f"lambda a, k: ({_source(call_args)}, {_source(call_kwargs)}, {_source(arguments)})"
+    except (TypeError, ValueError):
+        return None
+    return eval(source, {"__builtins__": {}})  # noqa: S307 - built from slot positions and repr()'d names
+
+
+def _source(value: Any) -> str:
+    if type(value) is _Slot:
+        return value.source
+    if type(value) is tuple:
+        return "(" + "".join(f"{_source(item)}, " for item in value) + ")"
+    if type(value) is dict and all(type(key) is str for key in value):
+        return "{" + ", ".join(f"{str.__repr__(key)}: {_source(item)}" for key, item in value.items()) + "}"
+    raise ValueError("not a placeholder")
+
+
+# ---------------------------------------------------------------------------------------------- Backend.infer
+
+
+class _InferParts:
+    """What ``Backend.infer``'s decorators hold: the nvtx decorator, the hardware-metrics scope name."""
+
+    def __init__(
+        self, stock: Any, nvtx_decorator: Any, nvtx_module: Any, metrics_module: Any, scope: str, states: tuple
+    ) -> None:
+        self.stock = stock  # stock's Backend.infer
+        self.nvtx_decorator = nvtx_decorator
+        self.nvtx_module = nvtx_module  # aitune.utils.monitoring.nvtx_annotation: its `nvtx` name
+        self.metrics_module = metrics_module  # ...hardware_metrics_annotation: its `get_default_collector` name
+        self.scope = scope
+        self.states = states  # the BackendStates infer accepts
+        self.annotations: dict[str, Any] = {}
+        self.annotate_cls: Any = None
+
+
+def _cell(func: Any, name: str) -> Any:
+    return func.__closure__[func.__code__.co_freevars.index(name)].cell_contents
+
+
+def _infer_parts(backend_module: Any) -> _InferParts | None:
+    """Read the stock decorator chain of ``Backend.infer``; None when it is not the chain 0.6.0 builds."""
+    infer = backend_module.Backend.__dict__.get("infer")
+    try:
+        nvtx_wrapper = infer.__kwdefaults__["_method"]
+        nvtx_decorator = _cell(nvtx_wrapper, "self")
+        metrics_wrapper = _cell(nvtx_wrapper, "func")
+        scope = _cell(metrics_wrapper, "name")
+        body = _cell(metrics_wrapper, "func")
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+        return None
+    nvtx_module = sys.modules.get("aitune.utils.monitoring.nvtx_annotation")
+    metrics_module = sys.modules.get("aitune.utils.monitoring.hardware_metrics_annotation")
+    if nvtx_module is None or metrics_module is None or type(nvtx_decorator) is not nvtx_module.annotate_with_nvtx:
+        return None
+    if body.__qualname__ != "Backend.infer" or not isinstance(scope, str):
+        return None
+    state = backend_module.BackendState
+    return _InferParts(infer, nvtx_decorator, nvtx_module, metrics_module, scope, (state.ACTIVE, state.DEPLOYED))
+
+
+def _install_infer(backend_module: Any) -> None:
+    if "Backend.infer" in _replaced or sys.modules.get("aitune.global_context") is None:
+        return
+    parts = _infer_parts(backend_module)
+    if parts is None:
+        return
+    gctx_module = sys.modules["aitune.global_context"]
+    _refs.gctx = gctx_module.global_context
+    _refs.gctx_cls = gctx_module.GlobalContext
+    _refs.module_key = gctx_module.MODULE_CONTEXT_KEY
+    _refs.backend_key = gctx_module.BACKEND_CONTEXT_KEY
+    _refs.infer = parts
+    _put("Backend.infer", backend_module.Backend, "infer", _infer)
+
+
+def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Backend.infer``."""
+    if "_method" in kwargs:  # stock's wrapper takes `_method` as its own keyword
+        return _refs.infer.stock(self, *args, **kwargs)
+    return _infer_body(self, args, kwargs)
+
+
+def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
+    parts = _refs.infer
+    context = _refs.gctx
+    if type(context) is not _refs.gctx_cls:
+        return parts.stock(backend, *args, **kwargs)
+    with context._lock:
+        stack = context._data_stack
+        top = stack[-1].copy()
+        stack.append(top)
+    try:
+        top[_refs.backend_key] = _describe(backend)  # stock: set() inside the new context
+        message = parts.nvtx_decorator.name
+        module_name = top.get(_refs.module_key)
+        if module_name is not None:
+            message += f" module:{module_name}"
+        backend_name = top.get(_refs.backend_key)
+        if backend_name is not None:
+            message += f" backend:{backend_name}"
+        annotation = parts.annotations.get(message) if parts.nvtx_module.nvtx.annotate is parts.annotate_cls else None
+        if annotation is None:
+            annotation = _annotation(parts, message)
+        parts.nvtx_decorator._nvtx_annotation = annotation
+        with annotation:
+            parts.metrics_module.get_default_collector().start_scope(parts.scope)
+            try:
+                state = backend.state
+                if state != parts.states[0] and state != parts.states[1]:
+                    raise RuntimeError(f"Cannot run inference, backend {backend.name} should be activated first")
+                if type(backend)._infer is not _refs.eager_infer or "_infer" in backend.__dict__:
+                    result = backend._infer(*args, **kwargs)
+                else:  # stock TorchEager's: `with torch.no_grad(): return self._orig_module(...)`, inline
+                    enabled = _refs.grad_enabled()
+                    _refs.set_grad_enabled(False)
+                    try:
+                        result = backend._orig_module(*args, **kwargs)
+                    finally:
+                        _refs.set_grad_enabled(enabled)
+            finally:
+                parts.metrics_module.get_default_collector().end_scope()
+            return result
+    finally:
+        with context._lock:
+            context._data_stack.pop()
+
+
+# ---------------------------------------------------------------------------------------------- describe()
+
+_MAX_DESCRIPTIONS = 4096  # backend descriptions kept, by backend class, config class and config values
+_descriptions: dict[tuple, str] = {}
+_describable: dict[tuple[type, type], Any] = {}  # (backend class, config class) -> field getter, or None
+
+
+def _describe(backend: Any) -> str:
+    """``backend.describe()``, kept by (backend class, config class, config field values) where that is all it
+    reads: the backend's ``describe`` is ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain
+    dataclass whose ``describe()`` is ``BackendConfig``'s (a fresh default instance compared field by field),
+    with no ``__post_init__`` and field values of immutable types."""
+    config = getattr(backend, "_config", None)
+    kind = (type(backend), type(config))
+    getter = _describable.get(kind, _MISSING)
+    if getter is _MISSING:
+        getter = _describable[kind] = _field_getter(*kind)
+    if getter is None:
+        return backend.describe()
+    values = getter(config)
+    if not _IMMUTABLE.issuperset(map(type, values)):
+        return backend.describe()
+    key = (kind, values)
+    description = _descriptions.get(key)
+    if description is None:
+        if len(_descriptions) >= _MAX_DESCRIPTIONS:
+            _descriptions.clear()
+        description = _descriptions[key] = backend.describe()
+    return description
+
+
+def _field_getter(backend_cls: type, config_cls: type) -> Any:
+    """A function giving the tuple of a config's field values, if `_describe` may keep descriptions of this pair of
+    classes; else None."""
+    import dataclasses
+    import operator
+
+    base = _refs.backend_config
+    describe = getattr(backend_cls, "describe", None)
+    template = _refs.eager_describe
+    if base is None or template is None or not dataclasses.is_dataclass(config_cls):
+        return None
+    code = getattr(describe, "__code__", None)
+    if (
+        code is None
+        or describe.__closure__
+        or (code.co_code, code.co_names, code.co_consts)
+        != (
+            template.__code__.co_code,
+            template.__code__.co_names,
+            template.__code__.co_consts,
+        )
+    ):
+        return None
+    for name in ("describe", "_get_changed_fields", "_default_describe_fields", "__post_init__"):
+        if getattr(config_cls, name, None) is not getattr(base, name, None):
+            return None
+    names = [field.name for field in dataclasses.fields(config_cls)]
+    if not names:
+        return None
+    if len(names) == 1:
+        single = operator.attrgetter(names[0])
+        return lambda config: (single(config),)
+    return operator.attrgetter(*names)
+
+
+def _learn_eager_infer(eager_module: Any) -> None:
+    """Note stock's ``TorchEagerBackend._infer`` (``with torch.no_grad(): return self._orig_module(...)``)."""
+    cls = getattr(eager_module, "TorchEagerBackend", None)
+    infer = getattr(cls, "__dict__", {}).get("_infer")
+    describe = getattr(cls, "__dict__", {}).get("describe")
+    if getattr(describe, "__qualname__", None) == "TorchEagerBackend.describe":
+        _refs.eager_describe = describe
+        _refs.backend_config = sys.modules[_BACKEND].BackendConfig
+    if getattr(infer, "__qualname__", None) == "TorchEagerBackend._infer":
+        global _IMMUTABLE
+        torch = sys.modules["torch"]
+        _IMMUTABLE = _IMMUTABLE | {torch.dtype}
+        _refs.eager_infer = infer
+        _refs.grad_enabled = torch.is_grad_enabled
+        _refs.set_grad_enabled = torch._C._set_grad_enabled
+
+
+def _annotation(parts: _InferParts, message: str) -> Any:
+    """``nvtx.annotate(message, color, domain)``: one object per message while ``nvtx.annotate`` is nvtx's."""
+    nvtx = parts.nvtx_module.nvtx
+    annotate = nvtx.annotate
+    decorator = parts.nvtx_decorator
+    if annotate is not parts.annotate_cls:
+        if not _is_nvtx_annotate(annotate):
+            return annotate(message=message, color=decorator.color, domain=parts.nvtx_module.NVTX_ANNOTATION_DOMAIN)
+        parts.annotations.clear()
+        parts.annotate_cls = annotate
+    annotation = parts.annotations.get(message)
+    if annotation is None:
+        if len(parts.annotations) >= _MAX_NVTX:
+            parts.annotations.clear()
+        domain = parts.nvtx_module.NVTX_ANNOTATION_DOMAIN
+        annotation = parts.annotations[message] = annotate(message=message, color=decorator.color, domain=domain)
+    return annotation
+
+
+def _is_nvtx_annotate(annotate: Any) -> bool:
+    """Whether `annotate` is nvtx's own class (its objects hold nothing per range, so one serves many)."""
+    module = getattr(annotate, "__module__", "")
+    return isinstance(annotate, type) and module in ("nvtx.nvtx", "nvtx")

@@ -1,0 +1,123 @@
+"""``patch_aitune(call_path=True)``: aitune_fast's per-call path of tuned modules behaves as stock AITune's.
+
+Each mode runs in its own child process (``tuned_call_child.py``; real AITune tuning on the CPU with the stand-in
+``tensorrt`` of ``tests/fixtures/tensorrt_stub``), all four at once: stock AITune, the patch applied to live modules
+(one tuned, one loaded from a checkpoint), the patch applied before AITune is imported, and the metadata-only patch.
+The transcripts (outputs, hooks and their quirks, errors, AITune's context seen inside forward and by the nvtx and
+hardware-metrics layers, grad mode) must agree with stock's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "tuned_call_child.py"
+STUB = HERE / "fixtures" / "tensorrt_stub"
+TIMEOUT_S = 900
+MODES = ("stock", "late", "early", "meta")
+FAST = ("late", "early")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, dict]:
+    workdir = tmp_path_factory.mktemp("tuned_call")
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
+    environ["AITUNE_CACHE_DIR"] = str(workdir / "cache")
+    environ.pop("AUTOWRAPT_BOOTSTRAP", None)
+    environ.pop("NVTX_DISABLE", None)
+    procs = {
+        mode: subprocess.Popen(
+            [sys.executable, str(CHILD), mode, str(workdir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environ,
+            cwd=str(workdir),
+        )
+        for mode in MODES
+    }
+    out = {}
+    for mode, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        lines = [line for line in stdout.splitlines() if line.strip()]
+        assert proc.returncode == 0 and lines, f"child {mode} failed ({proc.returncode}):\n{stderr[-4000:]}"
+        out[mode] = json.loads(lines[-1])
+        assert "error" not in out[mode], f"child {mode} raised:\n{out[mode]['error']}"
+    if "skip" in out["stock"]:
+        pytest.skip(out["stock"]["skip"])
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES[1:])
+@pytest.mark.parametrize("module", ["tuned", "loaded"])
+def test_transcript_matches_stock(runs, mode, module):
+    stock, patched = runs["stock"][module], runs[mode][module]
+    assert patched.keys() == stock.keys()
+    for step in stock:
+        assert patched[step] == stock[step], step
+
+
+def test_transcript_covers_the_quirks(runs):
+    """The stock behaviours the transcript holds the fast path to (so that agreement means something)."""
+    stock = runs["stock"]["tuned"]
+    assert stock["hook_order"] == ["pre", "pre_kw", "post", "post_kw"]
+    assert stock["hook_order_after_remove"] == ["pre"] and stock["hook_dicts"] == [2, 2]  # remove() missed them
+    assert stock["after_remove"]["error"] == "TypeError"  # a with_kwargs hook left without its kwargs flag
+    assert stock["hook_during_call"] == stock["after_hook_during_call"] == stock["plain"]  # registered, then lost
+    assert stock["raises"] == {"error": "ValueError", "message": "forward failed"}
+    assert stock["after_raise_state"] == ["FunctionWrapper", 1] and "ok" in stock["after_raise"]
+    assert stock["missing"] == {"error": "TypeError", "message": "missing a required argument: 'x'"}
+    assert stock["no_backend_rank"] == {
+        "error": "RuntimeError",
+        "message": "No backend found for a graph with metadata: Tensors: x",
+    }
+    one_call = [
+        ["push", "infer module:probe backend:TorchEagerBackend()", "green"],
+        ["scope", "infer", "probe", "TorchEagerBackend()"],
+        ["end_scope"],
+        ["pop"],
+    ]
+    assert stock["log"] == one_call  # the second call (scale=...) found no backend
+    # the call from inside forward meets the module's own forward (swapped in for the call): no second range
+    assert stock["reenter_log"] == one_call
+    assert stock["grad_on"][1:] == [False, True] and stock["grad_off"][1:] == [False, False]
+    assert len(stock["reenter_seen"][0]["stack"]) == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_which_forward_live_modules_call(runs, mode):
+    expected = "aitune_fast._tuned_call" if mode in FAST else "aitune.torch.module.wrapper_module"
+    assert runs[mode]["installed"] == [expected, expected]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_concurrent_calls_all_succeed(runs, mode):
+    assert runs[mode]["threads"] == []
+    assert runs[mode]["untuned"] == runs["stock"]["untuned"]
+
+
+@pytest.mark.parametrize("mode", FAST)
+def test_switching_the_call_path_never_fails_a_call_in_flight(runs, mode):
+    toggles = runs[mode]["toggles"]
+    assert toggles["failures"] == [] and toggles["calls"] > 0
+
+
+@pytest.mark.parametrize("mode", FAST)
+def test_unpatch_restores_stock_call_path(runs, mode):
+    unpatched = runs[mode]["unpatched"]
+    assert unpatched["functions"] == [
+        "aitune.torch.module.wrapper_module",
+        "aitune.torch.module.tuned_module",
+        "aitune.torch.backend.backend",
+    ]
+    assert unpatched["installed"] == ["aitune.torch.module.wrapper_module"] * 3
+    if mode == "late":  # the very objects that were there before the patch
+        assert unpatched["same_functions"] == [True, True, True] and unpatched["wrapper"] is True

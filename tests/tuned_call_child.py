@@ -1,0 +1,300 @@
+"""Child program of ``test_tuned_call.py``: the per-call behaviour of tuned modules, as a transcript.
+
+Run as ``python tuned_call_child.py MODE WORKDIR``; prints one JSON document on its last stdout line. MODE:
+  stock   stock AITune;
+  late    modules tuned (and one loaded from a checkpoint) stock, then ``patch_aitune()``: live modules;
+  early   ``patch_aitune()`` before ``import aitune.torch``: modules built under the patch;
+  meta    ``patch_aitune(call_path=False)``: the metadata-only patch.
+The transcript records what a user can observe (outputs, hooks, errors, AITune's context seen inside forward and by
+the nvtx and hardware-metrics layers, grad mode); ``late`` and ``early`` also record what the patch put in place,
+toggles under concurrent calls, and what ``unpatch_aitune()`` restored. Needs tests/fixtures/tensorrt_stub on
+PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import traceback
+import warnings
+
+warnings.filterwarnings("ignore")
+
+LOG: list = []  # what the nvtx and hardware-metrics layers saw, in order
+
+
+def fake_nvtx() -> None:
+    """Give nvtx a domain that records each range pushed and popped (no profiler is attached here)."""
+    import nvtx.nvtx as n
+
+    class Attributes:
+        def __init__(self, message, color):
+            self.message, self.color = message, color
+
+    class Domain:
+        handle = None
+
+        def get_event_attributes(self, message, color, category=None, payload=None):
+            return Attributes(message, color)
+
+    domain = Domain()
+    n._get_domain_cached = lambda name=None: domain
+    n.libnvtx_push_range = lambda attributes, handle: LOG.append(["push", attributes.message, attributes.color])
+    n.libnvtx_pop_range = lambda handle: LOG.append(["pop"])
+
+
+def fake_metrics() -> None:
+    import aitune.utils.monitoring.hardware_metrics_annotation as hm
+    from aitune.global_context import BACKEND_CONTEXT_KEY, MODULE_CONTEXT_KEY, global_context
+
+    class Collector:
+        def start_scope(self, name):
+            LOG.append(["scope", name, global_context.get(MODULE_CONTEXT_KEY), global_context.get(BACKEND_CONTEXT_KEY)])
+
+        def end_scope(self):
+            LOG.append(["end_scope"])
+
+    collector = Collector()
+    hm.get_default_collector = lambda: collector
+
+
+def models(torch):
+    from aitune.global_context import global_context
+
+    class Probe(torch.nn.Module):
+        """Records what its forward sees; can raise, re-enter its tuned module, register a hook."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.seen: list = []
+            self.action = None
+            self.tuned = None
+
+        def forward(self, x, scale=None, *, shift=None):
+            stack = [sorted((k, str(v)) for k, v in d.items()) for d in global_context._data_stack]
+            self.seen.append({"grad": torch.is_grad_enabled(), "stack": stack, "hooks": len(self._forward_hooks)})
+            action, self.action = self.action, None
+            if action == "raise":
+                raise ValueError("forward failed")
+            if action == "reenter":
+                inner = self.tuned(x)
+                return self.lin(x) + inner
+            if action == "hook":
+                self.register_forward_hook(lambda m, a, out: out * 100)
+            y = self.lin(x)
+            return y if scale is None else y * scale
+
+    return Probe
+
+
+def record(fn):
+    try:
+        out = fn()
+        return {"ok": out.tolist() if hasattr(out, "tolist") else repr(out)}
+    except Exception as exc:  # noqa: BLE001 - the transcript records any error
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def transcript(ait, torch, m, probe, x):
+    """The observable per-call behaviour of tuned module `m` whose wrapped module is `probe`."""
+    from aitune.global_context import global_context
+
+    t: dict = {}
+    probe.tuned = m
+    LOG.clear()
+    t["plain"] = record(lambda: m(x))
+    t["scaled_kw"] = record(lambda: m(x, scale=torch.tensor(2.0)))
+    t["log"] = list(LOG)
+    t["seen"] = probe.seen[-2:]
+    t["after_stack"] = len(global_context._data_stack)
+    order: list = []
+    handles = [
+        probe.register_forward_pre_hook(lambda mod, args: order.append("pre")),
+        probe.register_forward_pre_hook(lambda mod, args, kwargs: order.append("pre_kw") or None, with_kwargs=True),
+        probe.register_forward_hook(lambda mod, args, out: order.append("post") or out + 1),
+        probe.register_forward_hook(lambda mod, args, kwargs, out: order.append("post_kw") or None, with_kwargs=True),
+    ]
+    t["hooked"] = record(lambda: m(x))
+    t["hook_order"] = list(order)
+    for handle in handles:
+        handle.remove()  # after a call: stock replaced the hook dicts by copies, so this removes nothing
+    order.clear()
+    t["after_remove"] = record(lambda: m(x))
+    t["hook_order_after_remove"] = list(order)
+    t["hook_dicts"] = [len(probe._forward_pre_hooks), len(probe._forward_hooks)]
+    probe._forward_pre_hooks.clear()  # what is left of them (stock's copies) would break every later call
+    probe._forward_hooks.clear()
+    probe.action = "hook"
+    t["hook_during_call"] = record(lambda: m(x))
+    t["after_hook_during_call"] = record(lambda: m(x))
+    probe.action = "raise"
+    t["raises"] = record(lambda: m(x))
+    t["after_raise_state"] = [type(probe.__dict__.get("forward")).__name__, len(global_context._data_stack)]
+    t["after_raise"] = record(lambda: m(x))
+    probe.action = "reenter"
+    LOG.clear()
+    t["reenter"] = record(lambda: m(x))
+    t["reenter_log"] = list(LOG)
+    t["reenter_seen"] = probe.seen[-2:]
+    for name, call in {
+        "missing": lambda: m(),
+        "extra": lambda: m(x, 2.0, 3.0),
+        "unexpected": lambda: m(x, bogus=1),
+        "twice": lambda: m(x, x=x),
+        "misplaced_kwonly": lambda: m(x, None, torch.tensor(1.0)),
+        "no_backend": lambda: m(x.double()),
+        "no_backend_rank": lambda: m(x[None]),
+    }.items():
+        t[name] = record(call)
+    with torch.enable_grad():
+        backend = next(iter(m.module.backends.values()))
+    backend._config.autocast_dtype = torch.bfloat16  # describe() changes; the backend's _infer does not
+    LOG.clear()
+    t["config_changed"] = [record(lambda: m(x)), list(LOG)]
+    backend._config.autocast_dtype = None
+    t["grad_on"] = [record(lambda: m(x).detach()), probe.seen[-1]["grad"], torch.is_grad_enabled()]
+    with torch.no_grad():
+        t["grad_off"] = [record(lambda: m(x)), probe.seen[-1]["grad"], torch.is_grad_enabled()]
+    return t
+
+
+def threads(m, x, expected):
+    """Two threads calling at once: every call returns the module's output."""
+    import torch
+
+    failures: list = []
+
+    def worker():
+        for _ in range(200):
+            try:
+                if not torch.equal(m(x), expected):
+                    failures.append("wrong output")
+            except Exception as exc:  # noqa: BLE001
+                failures.append(repr(exc))
+
+    workers = [threading.Thread(target=worker) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return failures
+
+
+def toggles(aitune_fast, m, x, expected):
+    """Calls in another thread while the call path is switched on and off: none fails, each gives the output.
+
+    (Only the call path: switching the whole patch converts live backend keys, which calls in flight can miss.)"""
+    import torch
+
+    failures: list = []
+    calls = [0]
+    stop = threading.Event()
+
+    def worker():
+        while not stop.is_set():
+            try:
+                if not torch.equal(m(x), expected):
+                    failures.append("wrong output")
+            except Exception as exc:  # noqa: BLE001
+                failures.append(repr(exc))
+            calls[0] += 1
+
+    w = threading.Thread(target=worker)
+    w.start()
+    try:
+        for i in range(40):
+            aitune_fast.patch_aitune(call_path=bool(i % 2))
+    finally:
+        stop.set()
+        w.join()
+    aitune_fast.patch_aitune()
+    return {"failures": failures[:5], "calls": calls[0]}
+
+
+def tune(ait, torch, probe_cls, name):
+    from aitune.torch.backend import TorchEagerBackend
+
+    strategy = ait.OneBackendStrategy(TorchEagerBackend())
+    strategy.enable_performance_validation(False)
+    strategy.enable_find_max_batch_size(False)
+    torch.manual_seed(0)
+    probe = probe_cls().eval()
+    m = ait.Module(probe, name, strategy=strategy)
+    ait.tune(m, torch.randn(4), batch_sizes=[1, 2], device="cpu")
+    return m, probe
+
+
+def installed(m):
+    """Which ``_forward`` the live module's forward wrapper calls."""
+    return m.__wrapped__.forward._self_wrapper.__func__.__module__
+
+
+def main(mode: str, workdir: str) -> dict:
+    if mode == "early":
+        import aitune_fast
+
+        aitune_fast.patch_aitune()
+    try:
+        import aitune.torch as ait
+    except Exception as exc:  # noqa: BLE001
+        return {"skip": f"import aitune.torch failed: {type(exc).__name__}: {exc}"}
+    import torch
+    from aitune.torch.backend.backend import Backend
+    from aitune.torch.module.tuned_module import TunedModule
+    from aitune.torch.module.wrapper_module import Module
+
+    fake_nvtx()
+    fake_metrics()
+    if mode == "meta":
+        import aitune_fast
+
+        aitune_fast.patch_aitune(call_path=False)
+    stock_functions = [Module.__dict__["_forward"], TunedModule.__dict__["__call__"], Backend.__dict__["infer"]]
+    probe_cls = models(torch)
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    m, probe = tune(ait, torch, probe_cls, "probe")
+    path = os.path.join(workdir, f"{mode}-probe.pt")
+    ait.save(m, path)
+    torch.manual_seed(5)
+    loaded_probe = probe_cls().eval()
+    loaded = ait.load(loaded_probe, path)
+    stock_wrapper = m.__wrapped__.forward
+    out: dict = {}
+    if mode == "late":
+        import aitune_fast
+
+        aitune_fast.patch_aitune()
+    out["installed"] = [installed(m), installed(loaded)]
+    out["tuned"] = transcript(ait, torch, m, probe, x)
+    out["loaded"] = transcript(ait, torch, loaded, loaded_probe, x)
+    with torch.no_grad():
+        expected = m(x)
+    out["threads"] = threads(m, x, expected)
+    untuned = ait.Module(probe_cls().eval(), "untuned")
+    with torch.no_grad():
+        out["untuned"] = [record(lambda: untuned(x)), untuned.state.value]
+    if mode in ("late", "early"):
+        import aitune_fast
+
+        out["toggles"] = toggles(aitune_fast, m, x, expected)
+        aitune_fast.unpatch_aitune()
+        now = [Module.__dict__["_forward"], TunedModule.__dict__["__call__"], Backend.__dict__["infer"]]
+        out["unpatched"] = {
+            "functions": [f.__module__ for f in now],
+            "same_functions": [a is b for a, b in zip(stock_functions, now, strict=True)],
+            "wrapper": m.__wrapped__.forward is stock_wrapper,
+            "installed": [installed(m), installed(loaded), installed(untuned)],
+        }
+    return out
+
+
+if __name__ == "__main__":
+    try:
+        result = main(sys.argv[1], sys.argv[2])
+    except Exception:  # noqa: BLE001
+        result = {"error": traceback.format_exc()}
+    sys.stdout.flush()
+    print("\n" + json.dumps(result))
