@@ -181,6 +181,8 @@ def build_models(torch):
             if mode.get("register_hook"):
                 mode["register_hook"] = False
                 self.register_forward_hook(lambda m, a, o: REC.add("hook registered inside forward") or None)
+            if mode.get("nested"):
+                return self.lin(x) + mode["nested"](x).sum()
             if mode.get("reenter") and mode["reenter"] > 0:
                 mode["reenter"] -= 1
                 inner = mode["target"](x)
@@ -208,6 +210,26 @@ def build_models(torch):
                 h = h + cache_position.float()[:, None] * 0.001
             return h
 
+    class Signature(torch.nn.Module):
+        """A forward whose signature has every kind of parameter; it reports how the backend passed its arguments."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 4)
+
+        def _impl(self, x, /, mask=None, *rest, scale=None, **extra):
+            h = self.lin(x)
+            for t in (mask, *rest, scale, *extra.values()):
+                if t is not None:
+                    h = h + t.sum()
+            return h
+
+        def forward(self, *args, **kwargs):
+            REC.add("signature forward", [list(a.shape) for a in args], sorted(kwargs))
+            return self._impl(*args, **kwargs)
+
+        forward.__signature__ = inspect.signature(_impl)
+
     def mlp():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
@@ -220,7 +242,25 @@ def build_models(torch):
         torch.manual_seed(2)
         return TinyLLM().eval()
 
-    return {"mlp": mlp, "probe": probe, "llm_dict": llm, "llm_tuple": llm}
+    def signature():
+        torch.manual_seed(5)
+        return Signature().eval()
+
+    return {"mlp": mlp, "probe": probe, "llm_dict": llm, "llm_tuple": llm, "signature": signature}
+
+
+def signature_calls(torch, batch=1):
+    """The call shapes the Signature module is tuned with and called with: name -> (args, kwargs)."""
+    g = torch.Generator().manual_seed(9)
+    x, mask, r1, r2, scale, flag = (torch.randn(batch, 16, generator=g) for _ in range(6))
+    return {
+        "x": ((x,), {}),
+        "x_mask": ((x, mask), {}),
+        "x_scale": ((x,), {"scale": scale}),
+        "x_mask_kw": ((x,), {"mask": mask}),
+        "all_kinds": ((x, mask, r1, r2), {"scale": scale, "flag": flag}),
+        "kw_order": ((x,), {"flag": flag, "scale": scale, "mask": mask}),
+    }
 
 
 def llm_sample(torch, kind, batch=1):
@@ -249,6 +289,12 @@ def tune(ait, torch, name, build, tag):
     module = ait.Module(build(), f"{name}-{tag}", strategy=strategy)
     if name in ("mlp", "probe"):
         ait.tune(module, torch.randn(16), batch_sizes=[1, 2], device="cpu")
+    elif name == "signature":
+
+        def every_shape(x, m=module):
+            return [m(*args, **kwargs) for args, kwargs in signature_calls(torch, x.shape[0]).values()]
+
+        ait.tune(every_shape, torch.randn(16), batch_sizes=[1, 2], device="cpu")
     else:
         # one sample that is already a batch of one: AITune's default collator would flatten the nested cache
         data = ait.DataLoaderFactory([llm_sample(torch, name)], collate_fn=lambda batch: batch[0])
@@ -276,6 +322,73 @@ def section_outputs(torch, modules) -> dict:
             ids, mask = sample.pop("input_ids"), sample.pop("attention_mask")
             out[kind + "_positional"] = outcome(modules[kind], ids, mask, **sample)
     out["events"] = REC.take()
+    return out
+
+
+def section_signature(torch, tuned) -> dict:
+    """Calls of each shape the binder must handle (positional-only, a default skipped, *args, keyword-only,
+    **kwargs, keywords out of order): what forward received, what a kwargs hook saw, and the errors of shapes that
+    do not bind."""
+    inner = tuned.__wrapped__
+    inner.register_forward_pre_hook(
+        lambda m, a, k: REC.add("pre_kw", [list(t.shape) for t in a], sorted(k)) or None, with_kwargs=True
+    )
+    out = {}
+    with torch.no_grad():
+        for batch in (1, 2):
+            for name, (args, kwargs) in signature_calls(torch, batch).items():
+                out[f"{name}-{batch}"] = {"out": outcome(tuned, *args, **kwargs), "events": REC.take()}
+        x = signature_calls(torch)["x"][0][0]
+        out["positional_only_by_keyword"] = outcome(lambda: tuned(x=x))
+        out["mask_twice"] = outcome(lambda: tuned(x, x, mask=x))
+        out["nothing"] = outcome(tuned)
+        out["untuned_shape"] = outcome(lambda: tuned(x, x, x))
+        out["error_events"] = REC.take()
+    inner._forward_pre_hooks.clear()
+    return out
+
+
+def section_instrumented(torch, tuned) -> dict:
+    """Backends instrumented the way users and profilers do it: an instance's own ``infer`` and ``describe``, a
+    class-level ``_infer`` wrapper, a backend object whose class has no ``infer`` (a mock)."""
+    import types
+
+    from aitune.torch.backend import TorchEagerBackend
+
+    backends = tuned.module.backends
+    key, backend = next(iter(backends.items()))
+    out = {}
+    x = mlp_input(torch)
+    stock_infer = backend.infer
+
+    def instance_infer(*args, **kwargs):
+        REC.add("instance infer", len(args), sorted(kwargs))
+        return stock_infer(*args, **kwargs)
+
+    class_infer = TorchEagerBackend._infer
+
+    def wrapped_class_infer(self, *args, **kwargs):
+        REC.add("class _infer", torch.is_grad_enabled())
+        return class_infer(self, *args, **kwargs)
+
+    with torch.no_grad():
+        backend.infer = instance_infer
+        out["instance_infer"] = [outcome(tuned, x), REC.take(), REC.nvtx()]
+        del backend.infer
+        backend.describe = lambda: "described by the instance"
+        out["instance_describe"] = [outcome(tuned, x), REC.take(), REC.nvtx()]
+        del backend.describe
+        TorchEagerBackend._infer = wrapped_class_infer
+        try:
+            out["class_infer"] = [outcome(tuned, x), REC.take(), REC.nvtx()]
+        finally:
+            TorchEagerBackend._infer = class_infer
+        backends[key] = types.SimpleNamespace(infer=lambda *a, **k: REC.add("namespace infer", len(a)) or a[0] * 0)
+        try:
+            out["namespace_backend"] = [outcome(tuned, x), REC.take(), REC.nvtx()]
+        finally:
+            backends[key] = backend
+        out["restored"] = [outcome(tuned, x), REC.take(), REC.nvtx()]
     return out
 
 
@@ -403,8 +516,9 @@ def section_exception(torch, tuned) -> dict:
     return out
 
 
-def section_reentrant(torch, tuned) -> dict:
-    """The tuned module called again from inside its own forward (once, then twice deep)."""
+def section_reentrant(torch, tuned, mlp) -> dict:
+    """The tuned module called again from inside its own forward (once, then twice deep), and another tuned module
+    called from inside it."""
     inner = tuned.__wrapped__
     inner.register_forward_pre_hook(lambda m, a: REC.add("pre") or None)
     inner.register_forward_hook(lambda m, a, o: REC.add("hook") or None)
@@ -415,6 +529,12 @@ def section_reentrant(torch, tuned) -> dict:
             out[f"depth{depth}"] = outcome(tuned, mlp_input(torch))
         out[f"events{depth}"] = REC.take()
         out[f"state{depth}"] = module_state(tuned)
+    # another tuned module called from inside this one's forward: AITune's path nested in AITune's path
+    inner.mode["nested"] = mlp
+    with torch.no_grad():
+        out["nested"] = outcome(tuned, mlp_input(torch))
+    out["events_nested"] = REC.take()
+    out["state_nested"] = module_state(tuned)
     inner.mode.clear()
     inner._forward_pre_hooks.clear()
     inner._forward_hooks.clear()
@@ -541,6 +661,14 @@ def section_nvtx_and_metrics(torch, modules, collector) -> dict:
             "metrics": [e for e in REC.take() if e[0] != "forward"],
             "samples": metrics_samples(collector),
         }
+        probe.__wrapped__.mode["nested"] = modules["mlp"]
+        probe(mlp_input(torch))
+        probe.__wrapped__.mode.clear()
+        out["nested"] = {
+            "nvtx": REC.nvtx(),
+            "metrics": [e for e in REC.take() if e[0] != "forward"],
+            "samples": metrics_samples(collector),
+        }
     out["scopes_open"] = list(collector.scopes)
     return out
 
@@ -662,10 +790,12 @@ def sections(torch, ait, modules, workdir, collector) -> dict:
     steps = {
         "outputs": lambda: section_outputs(torch, modules),
         "hooks": lambda: section_hooks(torch, modules["mlp"]),
+        "signature": lambda: section_signature(torch, modules["signature"]),
+        "instrumented": lambda: section_instrumented(torch, modules["mlp"]),
         "hook_identity": lambda: section_hook_identity(torch, modules["probe"]),
         "registered_during_call": lambda: section_registered_during_call(torch, modules["probe"]),
         "exception": lambda: section_exception(torch, modules["probe"]),
-        "reentrant": lambda: section_reentrant(torch, modules["probe"]),
+        "reentrant": lambda: section_reentrant(torch, modules["probe"], modules["mlp"]),
         "context": lambda: section_context(torch, modules["probe"]),
         "grad": lambda: section_grad(torch, modules["probe"]),
         "errors": lambda: section_errors(torch, ait, modules),
@@ -678,11 +808,23 @@ def sections(torch, ait, modules, workdir, collector) -> dict:
     out = {}
     for name, step in steps.items():
         REC.take()
+        REC.nvtx()
         try:
             out[name] = step()
         except Exception:  # noqa: BLE001
             out[name] = {"section_failed": traceback.format_exc()}
     return out
+
+
+def call_path_in_place() -> dict:
+    """Where the functions of a tuned module's call come from (stock AITune's modules, or a patch's)."""
+    from aitune.torch.backend.backend import Backend
+    from aitune.torch.module.tuned_module import TunedModule
+    from aitune.torch.module.wrapper_module import Module
+
+    functions = {"Module._forward": Module._forward, "TunedModule.__call__": TunedModule.__call__}
+    functions["Backend.infer"] = Backend.infer
+    return {name: getattr(f, "__module__", None) for name, f in functions.items()}
 
 
 def nvtx_disabled(workdir: str) -> dict:
@@ -727,8 +869,9 @@ def main(mode: str, workdir: str) -> dict:
         else:
             aitune_fast.patch_aitune()
         result["patched"] = aitune_fast.is_aitune_patched()
-    for name in ("probe", "llm_dict", "llm_tuple"):
+    for name in ("probe", "llm_dict", "llm_tuple", "signature"):
         modules[name] = tune(ait, torch, name, builds[name], "late")
+    result["call_path"] = call_path_in_place()
     result["sections"] = sections(torch, ait, modules, workdir, collector)
     if mode != "stock":
         aitune_fast.unpatch_aitune()

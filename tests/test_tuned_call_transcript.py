@@ -1,8 +1,9 @@
 """The whole call of a tuned module behaves as in stock AITune 0.6.0, patched or not.
 
-Each child process (``call_transcript_child.py``) tunes real small modules on the CPU (an MLP, a probe module whose forward
-reports what it sees, an LLM decode step with a dict cache and ``cache_position``, one with a tuple cache, a JIT-tuned
-module; TorchEager), loads checkpoints, and writes a transcript: outputs, hooks and their order, what ``remove()`` on
+Each child process (``call_transcript_child.py``) tunes real small modules on the CPU (an MLP, a probe module whose
+forward reports what it sees, an LLM decode step with a dict cache and ``cache_position``, one with a tuple cache, a
+module whose signature has every kind of parameter, a JIT-tuned module; TorchEager), loads checkpoints, and writes a
+transcript: calls of every argument shape, outputs, hooks and their order, what ``remove()`` on
 a hook handle does after a call, hooks registered during a call, the state after an exception in forward, re-entrant
 calls, AITune's context stack inside and after a call, grad mode, error types and messages, torch's global hooks, the
 NVTX ranges a profiler sees (through the injection library in ``tests/fixtures/nvtx_recorder``, the way Nsight
@@ -36,6 +37,8 @@ TIMEOUT_S = 600
 SECTIONS = (
     "outputs",
     "hooks",
+    "signature",
+    "instrumented",
     "hook_identity",
     "registered_during_call",
     "exception",
@@ -178,8 +181,16 @@ def test_after_unpatch_matches_stock(runs, patched):
 
 
 def test_patched_children_were_patched(runs):
+    """The transcripts compared a patched AITune, and, where the patch has its own call path, that path."""
     assert runs["patched"]["patched"] is True
     assert "patched" not in runs["stock"]
+    stock_path = runs["stock"]["call_path"]
+    assert set(stock_path.values()) <= {"aitune.torch.module.wrapper_module", "aitune.torch.module.tuned_module"} | {
+        "aitune.torch.backend.backend"
+    }
+    if "skip" not in runs["patched_meta"]:
+        assert runs["patched"]["call_path"] != stock_path
+        assert runs["patched_meta"]["call_path"] == stock_path
 
 
 def test_nvtx_disabled_matches_stock(runs):
