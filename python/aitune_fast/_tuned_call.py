@@ -254,7 +254,11 @@ def _call(tuned: Any, args: tuple, kwargs: dict) -> Any:
             backend = tuned._unique_backend
         else:
             return func((call_args, call_kwargs))
-        if type(backend).infer is _infer and "_method" not in call_kwargs:
+        if (
+            getattr(type(backend), "infer", None) is _infer
+            and not _has_own(backend, "infer")
+            and ("_method" not in call_kwargs)
+        ):
             return _infer_body(backend, call_args, call_kwargs)
         return backend.infer(*call_args, **call_kwargs)
     finally:
@@ -287,6 +291,14 @@ def _backend_for(tuned: Any, arguments: dict) -> Any:
 
 
 _MISSING = object()
+
+
+def _has_own(obj: Any, name: str) -> bool:
+    """Whether `name` is set on `obj` itself (its instance dict), where it hides the class's attribute."""
+    namespace = getattr(obj, "__dict__", None)
+    return isinstance(namespace, dict) and name in namespace
+
+
 _IMMUTABLE = frozenset((type(None), bool, int, float, str))  # with torch.dtype, added when torch is seen
 
 
@@ -307,7 +319,7 @@ _binders: dict[int, tuple[Any, dict[tuple, Any]]] = {}  # id(signature) -> (it, 
 
 def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
     """The compiled binder of this call's shape, or None where stock's ``normalize`` must run."""
-    if type(signature).normalize is not _refs.normalize:
+    if getattr(type(signature), "normalize", None) is not _refs.normalize or _has_own(signature, "normalize"):
         return None
     entry = _binders.get(id(signature))
     if entry is None or entry[0] is not signature:
@@ -446,7 +458,7 @@ def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
                 state = backend.state
                 if state != parts.states[0] and state != parts.states[1]:
                     raise RuntimeError(f"Cannot run inference, backend {backend.name} should be activated first")
-                if type(backend)._infer is not _refs.eager_infer or "_infer" in backend.__dict__:
+                if type(backend)._infer is not _refs.eager_infer or _has_own(backend, "_infer"):
                     result = backend._infer(*args, **kwargs)
                 else:  # stock TorchEager's: `with torch.no_grad(): return self._orig_module(...)`, inline
                     enabled = _refs.grad_enabled()
@@ -477,6 +489,8 @@ def _describe(backend: Any) -> str:
     with no ``__post_init__`` and field values of immutable types."""
     config = getattr(backend, "_config", None)
     kind = (type(backend), type(config))
+    if _has_own(backend, "describe"):  # set on the object itself: not what its class says
+        return backend.describe()
     getter = _describable.get(kind, _MISSING)
     if getter is _MISSING:
         getter = _describable[kind] = _field_getter(*kind)
