@@ -11,10 +11,10 @@ use crate::interp::{info_level_index, interp, transformers_integration};
 use crate::metadata::build::{build, phase_of, resolve_batch_size, strict_flag, Built};
 use crate::metadata::{pair, SampleMetadata, View};
 use crate::paths::{step_into, Locator};
-use crate::tensor_spec::{dim_list, TensorSpec};
+use crate::tensor_spec::{dim_list, Multiplier, TensorSpec};
 
 /// `(axis, multiplier)` for each batch axis of a spec.
-type BatchAxes = Vec<(usize, i64)>;
+type BatchAxes = Vec<(usize, Multiplier)>;
 
 #[pymethods]
 impl SampleMetadata {
