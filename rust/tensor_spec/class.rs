@@ -46,7 +46,8 @@ impl Multiplier {
         let m = batch_multiplier(m)?;
         // every float in [-2**63, 2**63) converts exactly; `int()` of any other finite float is
         // `PyLong_FromDouble`'s exact value
-        if (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&m) {
+        let edge = i64::MIN as f64; // -2**63, exactly
+        if (edge..-edge).contains(&m) {
             return Ok(Multiplier::Small(m as i64));
         }
         // SAFETY: a new reference or NULL with an exception set
