@@ -500,11 +500,77 @@ def test_mixed_is_output_locators_round_trip(fast):
     assert [loc.display_path for loc, _ in back.other_data] == ["output[2]"]
 
 
-def test_exact_sample_metadata_encodes_like_its_base(fast):
-    md = aitune_fast.ExactSampleMetadata.from_inputs({"x": t((2, 3)), "n": 1})
-    back = SM.from_json(md.to_json())
-    assert type(back) is SM
-    assert snapshot(fast, back)["describe"] == snapshot(fast, md)["describe"]
+def test_exact_sample_metadata_round_trips_as_its_class(fast):
+    exact = aitune_fast.ExactSampleMetadata
+    md = exact.from_inputs({"x": t((2, 3)), "n": 1})
+    doc = json.loads(md.to_json())
+    assert doc["class"] == "ExactSampleMetadata"
+    validate_schema(doc)
+    assert json.loads(md.to_dict()["tensor_data"])["class"] == "ExactSampleMetadata"
+    for cls in (SM, exact):  # the document's class, whichever class reads it
+        for back in (cls.from_json(md.to_json()), cls.from_dict(md.to_dict())):
+            assert type(back) is exact
+            assert back == md and hash(back) == hash(md)
+            assert snapshot(fast, back)["describe"] == snapshot(fast, md)["describe"]
+
+
+def test_plain_documents_stay_plain(fast):
+    md = SM.from_inputs({"x": t((2, 3)), "n": 1}, strict=True)
+    text, data = md.to_json(), md.to_dict()
+    assert "class" not in json.loads(text)  # documents of plain metadata are as they were
+    assert "class" not in json.loads(data["tensor_data"])
+    named = json.loads(text)
+    named["class"] = "SampleMetadata"
+    validate_schema(named)
+    for cls in (SM, aitune_fast.ExactSampleMetadata):
+        for back in (cls.from_json(text), cls.from_dict(data), cls.from_json(json.dumps(named))):
+            assert type(back) is SM
+            assert back == md
+
+
+@pytest.mark.parametrize("value", ['"os.system"', '"Mine"', "1", "null", '"exactsamplemetadata"'])
+def test_documents_name_only_our_classes(fast, value):
+    md = aitune_fast.ExactSampleMetadata.from_inputs({"x": t((2, 3))})
+    text = md.to_json().replace('"class":"ExactSampleMetadata"', f'"class":{value}')
+    with pytest.raises(ValueError, match="class"):
+        SM.from_json(text)
+    data = md.to_dict()
+    data["tensor_data"] = data["tensor_data"].replace(b'"class":"ExactSampleMetadata"', f'"class":{value}'.encode())
+    with pytest.raises(ValueError, match="class"):
+        SM.from_dict(data)
+    # the other part names no class
+    data = md.to_dict()
+    data["other_data"] = data["other_data"].replace(b'"version":1,', b'"version":1,"class":"ExactSampleMetadata",')
+    with pytest.raises(ValueError, match="unexpected key"):
+        SM.from_dict(data)
+
+
+def test_user_subclasses_are_written_as_their_aitune_fast_base(fast):
+    """A document names aitune_fast's classes only (making a user's class from a document would need pickle's
+    trust): a subclass of ExactSampleMetadata comes back as an ExactSampleMetadata, of SampleMetadata as a
+    SampleMetadata, whichever class reads it."""
+
+    class Mine(SM):
+        pass
+
+    class MyExact(aitune_fast.ExactSampleMetadata):
+        pass
+
+    base = aitune_fast.ExactSampleMetadata.from_inputs({"x": t((2, 3)), "n": 1})
+    for cls, expected in ((Mine, SM), (MyExact, aitune_fast.ExactSampleMetadata)):
+        md = cls(base.tensor_data, base.other_data, True)
+        for reader in (SM, cls):
+            for back in (reader.from_json(md.to_json()), reader.from_dict(md.to_dict())):
+                assert type(back) is expected
+                assert back.tensor_data == md.tensor_data and back.other_data == md.other_data
+
+
+def test_reference_dicts_of_exact_metadata_load_as_the_reference_loads_them(ref, fast):
+    """The reference's pickled dicts do not say which class wrote them; its `from_dict` returns a SampleMetadata."""
+    md = ref.exact_sample_metadata.ExactSampleMetadata.from_inputs({"x": t((2, 3)), "n": 1})
+    theirs = ref.exact_sample_metadata.ExactSampleMetadata.from_dict(md.to_dict())
+    ours = aitune_fast.ExactSampleMetadata.from_dict(md.to_dict())
+    assert type(theirs).__name__ == type(ours).__name__ == "SampleMetadata"
 
 
 # ------------------------------------------------------------------------------------------------ hypothesis

@@ -149,15 +149,20 @@ class SampleMetadata:
     def from_outputs(output: Any, strict: bool = False, batch_size: int | None = None) -> SampleMetadata: ...
     @staticmethod
     def from_dict(data: dict[str, Any]) -> SampleMetadata:
-        """Inverse of `to_dict`; also reads dicts written by the reference, without running pickle."""
+        """Inverse of `to_dict`, of the class that wrote it (an `ExactSampleMetadata`'s dict gives one back,
+        whichever class this is called on); also reads dicts written by the reference, without running pickle (a
+        `SampleMetadata`, as the reference's `from_dict` returns)."""
     def to_dict(self) -> dict[str, Any]:
-        """The reference's keys with aitune_fast's versioned, pickle-free encoding."""
+        """The reference's keys with aitune_fast's versioned, pickle-free encoding (naming the class when it is an
+        `ExactSampleMetadata`)."""
     def to_json_dict(self) -> dict[str, Any]:
         """A dict for `json.dumps`, identical to the reference's."""
     def to_json(self) -> str:
-        """JSON text: `to_json_dict()`'s content plus what `from_json` needs for an exact round trip."""
+        """JSON text: `to_json_dict()`'s content plus what `from_json` needs for an exact round trip, and the class
+        when it is an `ExactSampleMetadata`."""
     @staticmethod
-    def from_json(text: str) -> SampleMetadata: ...
+    def from_json(text: str) -> SampleMetadata:
+        """Inverse of `to_json`: a `SampleMetadata` or, where the document says so, an `ExactSampleMetadata`."""
     def describe(self, info_level: InfoLevel = ...) -> str:
         """Tensor paths (SHORT) or tables (MEDIUM, FULL). Any enum member named SHORT, MEDIUM or FULL (AITune's
         `InfoLevel`) is accepted; anything else is a ValueError (the reference renders nothing)."""

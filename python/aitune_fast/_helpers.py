@@ -79,13 +79,13 @@ def _batch(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int) -> tu
     for axis, multiplier in tensor_spec.get_batch_axis_multipliers().items():
         target = multiplier * batch_size
         size = tensor.shape[axis]
-        if size == target:
-            continue
         index = [slice(None)] * tensor.dim()
+        # the reference's two comparisons: a target that is neither larger nor smaller (equal, or a
+        # NaN batch size) leaves the axis as it is
         if size > target:
             index[axis] = slice(target)
             tensor = tensor[tuple(index)]
-        else:
+        elif size < target:
             index[axis] = slice(1)
             repeats = [1] * tensor.dim()
             repeats[axis] = target

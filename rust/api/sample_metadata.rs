@@ -9,12 +9,12 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use crate::codec::{decode, encode, json_dict};
 use crate::interp::{info_level_index, interp, transformers_integration};
 use crate::metadata::build::{build, phase_of, resolve_batch_size, strict_flag, Built};
-use crate::metadata::{pair, SampleMetadata, View};
+use crate::metadata::{pair, ExactSampleMetadata, SampleMetadata, View};
 use crate::paths::{step_into, Locator};
-use crate::tensor_spec::{dim_list, TensorSpec};
+use crate::tensor_spec::{dim_list, Multiplier, TensorSpec};
 
 /// `(axis, multiplier)` for each batch axis of a spec.
-type BatchAxes = Vec<(usize, i64)>;
+type BatchAxes = Vec<(usize, Multiplier)>;
 
 #[pymethods]
 impl SampleMetadata {
@@ -393,32 +393,47 @@ impl SampleMetadata {
     }
 
     /// The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
-    /// needs (see `from_json`).
-    fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
-        encode::to_json(py, self)
+    /// needs (see `from_json`), and for an `ExactSampleMetadata` its class.
+    fn to_json<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
+        let exact = slf.is_instance_of::<ExactSampleMetadata>();
+        encode::to_json(slf.py(), &*slf.try_borrow()?, exact)
     }
 
-    /// Rebuild metadata from `to_json()` text.
+    /// Rebuild metadata from `to_json()` text: a `SampleMetadata`, or an `ExactSampleMetadata`
+    /// where the document says it was one (whichever class this is called on).
     #[staticmethod]
-    fn from_json(py: Python<'_>, text: &str) -> PyResult<SampleMetadata> {
-        decode::from_json(py, text)
+    fn from_json(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
+        let (md, exact) = decode::from_json(py, text)?;
+        of_class(py, md, exact)
     }
 
     /// A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
     /// whose data uses aitune_fast's versioned encoding: no pickle.
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        encode::to_dict(py, self)
+    fn to_dict<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        let exact = slf.is_instance_of::<ExactSampleMetadata>();
+        encode::to_dict(slf.py(), &*slf.try_borrow()?, exact)
     }
 
-    /// Rebuild metadata from `to_dict()` output, or from a dict written by the reference (its
-    /// pickled data is read by a restricted reader that runs nothing).
+    /// Rebuild metadata from `to_dict()` output (of the class that wrote it, as `from_json`), or
+    /// from a dict written by the reference (its pickled data is read by a restricted reader that
+    /// runs nothing; a `SampleMetadata`, as the reference's `from_dict` returns).
     #[staticmethod]
-    fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMetadata> {
-        decode::from_dict(py, data)
+    fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let (md, exact) = decode::from_dict(py, data)?;
+        of_class(py, md, exact)
     }
 
     /// A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
     fn to_json_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         json_dict::to_json_dict(py, self)
     }
+}
+
+/// A decoded metadata as a Python object of the class its document named.
+fn of_class(py: Python<'_>, md: SampleMetadata, exact: bool) -> PyResult<Py<PyAny>> {
+    if exact {
+        let init = PyClassInitializer::from(md).add_subclass(ExactSampleMetadata {});
+        return Ok(Py::new(py, init)?.into_any());
+    }
+    Ok(Py::new(py, md)?.into_any())
 }

@@ -6,8 +6,8 @@
 //! One JSON object (the schema ships as `aitune_fast/schema/sample_metadata.schema.json`):
 //!
 //! ```text
-//! {"format": "aitune_fast.sample_metadata", "version": 1, "strict": bool, "llm_phase": str|null,
-//!  "is_output": bool,
+//! {"format": "aitune_fast.sample_metadata", "version": 1, "class"?: "ExactSampleMetadata",
+//!  "strict": bool, "llm_phase": str|null, "is_output": bool,
 //!  "tensor_data": [{"locator": STEPS, "access_path": str, "semantic_path": LOSSY,
 //!                   "shape": [int|str], "min_shape": [int], "max_shape": [int],
 //!                   "dtype": "torch.<name>"|null, "bs_multipliers": [number], "is_output"?: bool}],
@@ -21,7 +21,11 @@
 //! `EXACT` values), `bs_multipliers` the batch-size multipliers (`NaN` included), `exact_value` the
 //! other value, and `is_output` whether locators point into outputs (per entry only where an entry
 //! differs from the document). `access_path`, `semantic_path` and `value` are derived, and checked
-//! only for syntax (and `access_path` for being a string) on reading.
+//! only for syntax (and `access_path` for being a string) on reading. `class` names the class that
+//! wrote the document, one of aitune_fast's own: written for an `ExactSampleMetadata` (also for a
+//! user's subclass of it), absent for a `SampleMetadata` (also in documents written before the key
+//! existed); `from_json` and `from_dict` return that class, whichever class they are called on (a
+//! document never names a user's class: making one would need pickle's trust).
 //!
 //! `EXACT` values: `null`, `true`/`false`, integers (any size), floats (always with `.`, `e`, or
 //! one of `NaN`, `Infinity`, `-Infinity`), strings, arrays (lists), objects (dicts whose keys are
@@ -35,7 +39,8 @@
 //! are bytes holding compact UTF-8 JSON documents, each with its format and version:
 //!
 //! ```text
-//! {"format": "aitune_fast.sample_metadata.tensor_data", "version": 1, "is_output": bool,
+//! {"format": "aitune_fast.sample_metadata.tensor_data", "version": 1,
+//!  "class"?: "ExactSampleMetadata", "is_output": bool,
 //!  "batch_size": number, "paths": PATHS, "dtypes": ["torch.<name>"|null, ...],
 //!  "tensors": [[path, dtype, sizes] | [path, dtype, shape, min_shape, max_shape, bs_multipliers]]}
 //! {"format": "aitune_fast.sample_metadata.other_data", "version": 1, "is_output": bool,
@@ -60,3 +65,6 @@ pub const FORMAT: &str = "aitune_fast.sample_metadata";
 pub const FORMAT_TENSORS: &str = "aitune_fast.sample_metadata.tensor_data";
 pub const FORMAT_OTHERS: &str = "aitune_fast.sample_metadata.other_data";
 pub const VERSION: i64 = 1;
+/// The values of the optional `class` key: the class that wrote the document (written only for
+/// `ExactSampleMetadata`; absent means `SampleMetadata`).
+pub const CLASSES: [&str; 2] = ["SampleMetadata", "ExactSampleMetadata"];

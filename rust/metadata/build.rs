@@ -36,52 +36,54 @@ impl Visitor for Builder {
         value: &Bound<'_, PyAny>,
         info: &TypeInfo,
         under_cp: bool,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         if self.check_cache_position && under_cp {
             self.cache_position = Some(value.clone().unbind());
         }
         if self.symbolic || (!info.is_tensor && !self.strict) {
-            return Ok(());
+            return Ok(false);
         }
         let node = match step {
             Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
             None => ROOT,
         };
-        if info.is_tensor {
-            if self.c.batch_size == 0.0
-                && value
-                    .getattr(pyo3::intern!(py, "ndim"))?
-                    .extract::<usize>()?
-                    > 0
-            {
-                return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
-                    "division by zero",
-                ));
-            }
-            // the sizes go straight to the end of the shared pool; a failed read leaves them
-            // there, but then the walk's result is dropped
-            let off = self.c.dims.len();
-            let Some(dtype) = read_tensor(
-                py,
-                value,
-                info.fast_tensor,
-                &mut self.c.dims,
-                &mut self.dtypes,
-            )?
-            else {
-                self.symbolic = true; // `build` starts over with Python specs
-                return Ok(());
-            };
-            if dtype == FOREIGN_DTYPE {
-                // not a torch dtype: only a Python spec can hold it
-                self.symbolic = true;
-                return Ok(());
-            }
-            self.c.push_tail(node, off, dtype)?;
-        } else {
+        if !info.is_tensor {
             self.c.others.push((node, value.clone().unbind()));
+            return Ok(false);
         }
-        Ok(())
+        if self.c.batch_size == 0.0
+            && value
+                .getattr(pyo3::intern!(py, "ndim"))?
+                .extract::<usize>()?
+                > 0
+        {
+            return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
+                "division by zero",
+            ));
+        }
+        let asked = self.dtypes.python_reads();
+        // the sizes go straight to the end of the shared pool; a failed read leaves them
+        // there, but then the walk's result is dropped
+        let off = self.c.dims.len();
+        let Some(dtype) = read_tensor(
+            py,
+            value,
+            info.fast_tensor,
+            &mut self.c.dims,
+            &mut self.dtypes,
+        )?
+        else {
+            self.symbolic = true; // `build` starts over with Python specs
+            return Ok(true);
+        };
+        let ran = self.dtypes.python_reads() != asked || self.c.batch_size == 0.0;
+        if dtype == FOREIGN_DTYPE {
+            // not a torch dtype: only a Python spec can hold it
+            self.symbolic = true;
+            return Ok(ran);
+        }
+        self.c.push_tail(node, off, dtype)?;
+        Ok(ran)
     }
 }
 

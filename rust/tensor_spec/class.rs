@@ -13,6 +13,73 @@ use super::read::{read_tensor, DtypeMemo};
 use super::shape::{batch_multiplier, is_int, is_symbolic, Dim, Spec};
 use crate::interp::info_level_index;
 
+/// A batch axis's multiplier as the reference's `int(_bs_multipliers[axis])` gives it: exact, of
+/// any size (`int(1e30)` is a 100-bit int), in an `i64` when it fits.
+pub enum Multiplier {
+    Small(i64),
+    Big(Py<PyInt>),
+}
+
+impl Multiplier {
+    /// `int(v)` of a stored multiplier: a float truncated (NaN and infinity raise as `int()` does),
+    /// an int as it is; a symbolic one (traced) raises as NaN.
+    fn of(v: &Bound<'_, PyAny>) -> PyResult<Multiplier> {
+        let py = v.py();
+        if let Ok(i) = v.downcast::<PyInt>() {
+            return Ok(match i.extract::<i64>() {
+                Ok(n) => Multiplier::Small(n),
+                // SAFETY: a new reference or NULL with an exception set; `int(i)` of an int
+                Err(_) => Multiplier::Big(unsafe {
+                    Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Long(i.as_ptr()))?
+                        .downcast_into_unchecked::<PyInt>()
+                        .unbind()
+                }),
+            });
+        }
+        let m = if !v.is_instance_of::<PyFloat>() && is_symbolic(v)? {
+            f64::NAN
+        } else {
+            v.extract::<f64>().map_err(|_| {
+                PyTypeError::new_err(format!("TensorSpec._bs_multipliers holds floats, got {v}"))
+            })?
+        };
+        let m = batch_multiplier(m)?;
+        // every float in [-2**63, 2**63) converts exactly; `int()` of any other finite float is
+        // `PyLong_FromDouble`'s exact value
+        let edge = i64::MIN as f64; // -2**63, exactly
+        if (edge..-edge).contains(&m) {
+            return Ok(Multiplier::Small(m as i64));
+        }
+        // SAFETY: a new reference or NULL with an exception set
+        Ok(Multiplier::Big(unsafe {
+            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyLong_FromDouble(m))?
+                .downcast_into_unchecked::<PyInt>()
+                .unbind()
+        }))
+    }
+}
+
+/// Small multipliers compare by value; an unbounded one never equals another (the callers only use
+/// equality to share a cached tuple).
+impl PartialEq for Multiplier {
+    fn eq(&self, other: &Multiplier) -> bool {
+        matches!((self, other), (Multiplier::Small(a), Multiplier::Small(b)) if a == b)
+    }
+}
+
+impl<'py> IntoPyObject<'py> for &Multiplier {
+    type Target = PyInt;
+    type Output = Bound<'py, PyInt>;
+    type Error = std::convert::Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Bound<'py, PyInt>, Self::Error> {
+        Ok(match self {
+            Multiplier::Small(n) => n.into_pyobject(py)?,
+            Multiplier::Big(b) => b.bind(py).clone(),
+        })
+    }
+}
+
 /// Metadata of one tensor: its shape (ints, or `batchN`/`dimN` for axes learned to vary), the
 /// smallest and largest sizes seen on each axis, its dtype, and each axis's size divided by the
 /// batch size it was recorded at.
@@ -127,7 +194,7 @@ impl TensorSpec {
     /// [`Spec::batch_axes`] computes it, but reading only `shape` and the batch axes' entries of
     /// `_bs_multipliers`, as the reference's `get_batch_axis_multipliers` does: a fifth of the cost
     /// of [`Self::to_spec`], and no error from fields the query does not use.
-    pub fn batch_axes(&self, py: Python<'_>) -> PyResult<Vec<(usize, i64)>> {
+    pub fn batch_axes(&self, py: Python<'_>) -> PyResult<Vec<(usize, Multiplier)>> {
         let mut out = Vec::new();
         let mut mult: Option<Vec<Bound<'_, PyAny>>> = None;
         for (i, item) in self.shape.bind(py).try_iter()?.enumerate() {
@@ -150,19 +217,7 @@ impl TensorSpec {
                 .as_ref()
                 .and_then(|m| m.get(i))
                 .ok_or_else(|| PyValueError::new_err("_bs_multipliers must be as long as shape"))?;
-            let m = if !v.is_instance_of::<PyFloat>()
-                && !v.is_instance_of::<PyInt>()
-                && is_symbolic(v)?
-            {
-                f64::NAN
-            } else {
-                v.extract::<f64>().map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "TensorSpec._bs_multipliers holds floats, got {v}"
-                    ))
-                })?
-            };
-            out.push((i, batch_multiplier(m)?));
+            out.push((i, Multiplier::of(v)?));
         }
         Ok(out)
     }
@@ -314,7 +369,7 @@ impl TensorSpec {
     fn get_batch_axis_multipliers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for (axis, m) in self.batch_axes(py)? {
-            d.set_item(axis, m)?;
+            d.set_item(axis, &m)?;
         }
         Ok(d)
     }

@@ -14,7 +14,7 @@ mod dtype;
 mod read;
 mod shape;
 
-pub use class::{dim_list, TensorSpec, FIELD_SETS};
+pub use class::{dim_list, Multiplier, TensorSpec, FIELD_SETS};
 pub use dtype::{dtype_id, dtype_obj, dtype_str, FOREIGN_DTYPE};
 pub use read::{read_tensor, DtypeMemo};
 pub use shape::{is_int, is_symbolic, multiplier, Dim, Spec};

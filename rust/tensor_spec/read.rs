@@ -4,14 +4,17 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 
-use super::dtype::dtype_id;
+use super::dtype::{dtype_id, FOREIGN_DTYPE};
 
-/// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype; and whether
-/// the fast tensor reader may read this walk's tensors (asked once per walk).
+/// Per-walk memo of dtype ids, so the shared table is locked once per distinct dtype; whether
+/// the fast tensor reader may read this walk's tensors (asked once per walk); and how many reads
+/// asked Python (see [`DtypeMemo::python_reads`]).
 #[derive(Default)]
-pub struct DtypeMemo(SmallMap, Option<bool>);
+pub struct DtypeMemo(SmallMap, Option<bool>, u32);
 
-/// `(dtype address, id)` pairs: the first few inline (no allocation for a typical call).
+/// `(dtype address, id)` pairs: the first few inline (no allocation for a typical call). Only ids
+/// of the shared table, whose objects the table holds for good, are kept: the address of any other
+/// object could be taken by another one once it is freed.
 #[derive(Default)]
 pub struct SmallMap {
     few: [(usize, u16); 4],
@@ -46,9 +49,19 @@ impl DtypeMemo {
         if let Some(id) = self.0.get(ptr) {
             return Ok(id);
         }
+        self.2 += 1; // `dtype_id` may ask the object (`isinstance`, `str`)
         let id = dtype_id(obj)?;
-        self.0.push(ptr, id);
+        if id != FOREIGN_DTYPE {
+            self.0.push(ptr, id);
+        }
         Ok(id)
+    }
+
+    /// How many times reads through this memo asked Python (attribute reads, dtype lookups), any
+    /// of which may have run Python code: a walk compares it before and after a read.
+    #[inline]
+    pub fn python_reads(&self) -> u32 {
+        self.2
     }
 
     /// Whether the fast tensor reader may read exact tensors in this walk.
@@ -80,10 +93,14 @@ pub fn read_tensor(
         if let crate::reader::Fast::Read(dtype) = crate::reader::read_fast(py, tensor, dims) {
             return Ok(Some(match dtype {
                 Some(d) => memo.id(d.bind(py))?,
-                None => memo.id(&tensor.getattr(pyo3::intern!(py, "dtype"))?)?,
+                None => {
+                    memo.2 += 1;
+                    memo.id(&tensor.getattr(pyo3::intern!(py, "dtype"))?)?
+                }
             }));
         }
     }
+    memo.2 += 1;
     let start = dims.len();
     let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
     // a tuple (torch.Size) or list of exact ints; anything else (a torch.SymInt, a numpy integer,

@@ -107,8 +107,9 @@ impl Dim {
     }
 }
 
-/// A batch axis's multiplier as the reference's `int(multiplier)`: truncated; NaN and infinity raise.
-pub fn batch_multiplier(m: f64) -> PyResult<i64> {
+/// A batch axis's multiplier as the reference's `int(multiplier)`, truncated (still a float, of any
+/// size: the caller converts it); NaN and infinity raise.
+pub fn batch_multiplier(m: f64) -> PyResult<f64> {
     if m.is_nan() {
         return Err(PyValueError::new_err("cannot convert float NaN to integer"));
     }
@@ -117,7 +118,7 @@ pub fn batch_multiplier(m: f64) -> PyResult<i64> {
             "cannot convert float infinity to integer",
         ));
     }
-    Ok(m.trunc() as i64)
+    Ok(m.trunc())
 }
 
 /// Whether `v` is a torch.SymInt/SymFloat (a size or multiplier of a traced tensor).
@@ -216,7 +217,7 @@ impl Spec {
         Ok(changed)
     }
 
-    pub fn batch_axes(&self) -> PyResult<Vec<(usize, i64)>> {
+    pub fn batch_axes(&self) -> PyResult<Vec<(usize, f64)>> {
         let mut out = Vec::new();
         for (i, d) in self.shape.iter().enumerate() {
             if d.is_batch() {
@@ -334,7 +335,7 @@ mod tests {
         assert_eq!(a.min, vec![1, 2, 3, 4]);
         assert_eq!(a.max, vec![2, 8, 6, 4]);
         assert!(a.mult[1].is_nan());
-        assert_eq!(a.batch_axes().unwrap(), vec![(0, 1), (2, 3)]);
+        assert_eq!(a.batch_axes().unwrap(), vec![(0, 1.0), (2, 3.0)]);
     }
 
     #[test]

@@ -88,9 +88,9 @@ fn same_keys(dict: &Bound<'_, PyDict>, keys: &[Py<PyAny>]) -> bool {
 pub(super) struct UserFields<'py> {
     /// the merged class and instance names, when the instance adds any
     pub(super) own: Option<FieldList>,
-    /// the instance dict and, per field, whether `getattr` would return its entry unchanged
-    /// (see [`direct_fields`])
-    pub(super) direct: Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
+    /// the instance dict, per field whether `getattr` would return its entry unchanged (see
+    /// [`direct_fields`]), and the class's version tag that this holds for (0: none)
+    pub(super) direct: Option<(Bound<'py, PyDict>, MemoRef<[isize]>, u32)>,
 }
 
 /// A field `getattr` must read.
@@ -194,6 +194,10 @@ pub(super) struct Memo {
     retired: Vec<InstanceFields>,
     /// the containers on the current path (empty between walks; kept for its allocation)
     pub(super) on_stack: OnStack,
+    /// counts the points of the current walk where Python code may have run (a call that can
+    /// reach Python code, or a key's `__eq__`/`__hash__`): what the walk decided from an object's
+    /// layout is checked again before it is relied on after this moved (`traversal::Layout`)
+    pub(super) python: u64,
 }
 
 /// A classification the walk's `Memo` holds: the memo keeps each `Arc` until it is dropped or reset
@@ -291,6 +295,7 @@ impl Memo {
         let r = match self.types.iter().find(|(k, _)| *k == key) {
             Some((_, i)) => InfoRef(Arc::as_ptr(i)),
             None => {
+                self.python += 1; // classifying asks Python
                 let info = type_info(py, ty)?;
                 let r = InfoRef(Arc::as_ptr(&info));
                 self.types.push((key, info));
@@ -313,6 +318,7 @@ impl Memo {
         if !info.proxy {
             return Ok(info);
         }
+        self.python += 1; // `isinstance` reads `__class__`
         self.proxy_info(py, info, value)
     }
 
@@ -358,6 +364,7 @@ impl Memo {
         if let Some((_, f)) = self.fields.iter().find(|(k, _)| *k == key) {
             return Ok(MemoRef::of(f));
         }
+        self.python += 1;
         let f = class_fields(py, ty)?;
         let r = MemoRef::of(&f);
         self.fields.push((key, f));
@@ -367,7 +374,9 @@ impl Memo {
 
 impl Memo {
     /// `instance_fields`, reused while instances of a type keep the same `__dict__` keys (the
-    /// same interned name objects, in the same order), as instances built by one `__init__` do.
+    /// same interned name objects, in the same order), as instances built by one `__init__` do,
+    /// and the class is unchanged. Fields are read straight from the instance dict only when it is
+    /// the standard one (`getattr` reads that one, whatever `__dict__` returns).
     pub(super) fn instance_fields<'py>(
         &mut self,
         py: Python<'py>,
@@ -384,6 +393,7 @@ impl Memo {
                 )
             }
         } else {
+            self.python += 1;
             obj.getattr(pyo3::intern!(py, "__dict__"))
         };
         let dict = match dict {
@@ -396,26 +406,32 @@ impl Memo {
             }
             Err(e) => return Err(e),
         };
-        let Ok(d) = dict.downcast_exact::<PyDict>() else {
+        let (Ok(d), true) = (dict.downcast_exact::<PyDict>(), class.std_dict) else {
+            self.python += 1;
             return Ok(UserFields {
                 own: instance_fields(py, &dict, class)?.map(|f| FieldList::Own(Arc::from(f))),
                 direct: None,
             });
         };
         let tkey = ty.as_ptr() as usize;
+        let tag = version_tag(ty);
         if let Some(hit) = self
             .instances
             .iter()
-            .find(|e| e.ty == tkey && same_keys(d, &e.keys))
+            .find(|e| e.ty == tkey && e.tag == tag && same_keys(d, &e.keys))
         {
             return Ok(UserFields {
                 own: hit
                     .fields
                     .as_ref()
                     .map(|f| FieldList::Layout(MemoRef::of(f))),
-                direct: hit.direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok))),
+                direct: hit
+                    .direct
+                    .as_ref()
+                    .map(|ok| (d.clone(), MemoRef::of(ok), hit.tag)),
             });
         }
+        self.python += 1;
         let keys: Vec<Py<PyAny>> = d.keys().into_iter().map(|k| k.unbind()).collect();
         let fields = instance_fields(py, &dict, class)?.map(Arc::<[Py<PyString>]>::from);
         let names: &[Py<PyString>] = match &fields {
@@ -423,18 +439,21 @@ impl Memo {
             None => &class.names,
         };
         let direct = direct_fields(py, ty, d, names)?;
+        // 0 (holds until Python next runs, and never in a later walk) when the class changed
+        // while the lookups above ran Python code
+        let tag = if version_tag(ty) == tag { tag } else { 0 };
         // one layout per type is looked up; the one replaced stays until the walk ends
         if let Some(i) = self.instances.iter().position(|e| e.ty == tkey) {
             self.retired.push(self.instances.swap_remove(i));
         }
         let found = UserFields {
             own: fields.as_ref().map(|f| FieldList::Layout(MemoRef::of(f))),
-            direct: direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok))),
+            direct: direct.as_ref().map(|ok| (d.clone(), MemoRef::of(ok), tag)),
         };
         self.instances.push(InstanceFields {
             ty: tkey,
             class: ty.clone().unbind(),
-            tag: version_tag(ty),
+            tag,
             keys,
             fields,
             direct,

@@ -21,6 +21,8 @@ pub const MAX_DEPTH: usize = 1_000_000;
 pub trait Visitor {
     /// `value` sits at step `(parent, acc, kind)`; `under_cache_position` says whether the
     /// path's first step is `"cache_position"`. Push the step into `arena` to keep a locator.
+    /// Returns whether Python code may have run (beyond hashing the step's key, which the walk
+    /// accounts for): the walk then checks again what it decided from an object's layout.
     #[allow(clippy::too_many_arguments)]
     fn leaf(
         &mut self,
@@ -30,31 +32,177 @@ pub trait Visitor {
         value: &Bound<'_, PyAny>,
         info: &TypeInfo,
         under_cache_position: bool,
-    ) -> PyResult<()>;
+    ) -> PyResult<bool>;
 }
 
 enum Source<'py> {
     /// a list, the next index, and whether to prefetch ahead (long lists, a fast tensor reader)
     List(Bound<'py, PyList>, usize, Option<Lookahead>),
     Tuple(Bound<'py, PyTuple>, usize, Option<Lookahead>),
-    /// a dict, the `PyDict_Next` position, its size at the start, and how many items are left
-    Dict(
-        Bound<'py, PyDict>,
-        ffi::Py_ssize_t,
-        ffi::Py_ssize_t,
-        ffi::Py_ssize_t,
-    ),
+    Dict(DictItems<'py>),
+    /// a plain `UserDict` subclass walked through its `data` dict, as long as `self[key]` is
+    /// still that dict's entry (see [`Source::next`])
+    Data(DictItems<'py>, Bound<'py, PyAny>, Layout),
     Seq(Bound<'py, PyIterator>, i64),
     /// a mapping's `.items()`, and whether it may yield a key twice
     Items(Bound<'py, PyIterator>, bool),
-    /// attribute fields; with the instance dict and which fields may be read from it directly
+    /// attribute fields; with the instance dict and which fields may be read from it directly,
+    /// as long as that decision holds (see [`Source::next`])
     Fields(
         Bound<'py, PyAny>,
         FieldList,
         usize,
         Kind,
-        Option<(Bound<'py, PyDict>, MemoRef<[isize]>)>,
+        Option<(Bound<'py, PyDict>, MemoRef<[isize]>, Layout)>,
     ),
+}
+
+/// A dict's items as its iterator yields them: the `PyDict_Next` position, its size at the start,
+/// and how many items are left.
+struct DictItems<'py> {
+    dict: Bound<'py, PyDict>,
+    pos: ffi::Py_ssize_t,
+    len: ffi::Py_ssize_t,
+    left: ffi::Py_ssize_t,
+}
+
+impl<'py> DictItems<'py> {
+    fn new(dict: Bound<'py, PyDict>) -> Self {
+        // SAFETY: the size of a dict we hold
+        let len = unsafe { ffi::PyDict_Size(dict.as_ptr()) };
+        DictItems {
+            dict,
+            pos: 0,
+            len,
+            left: len,
+        }
+    }
+
+    /// The next `(key, value)`, raising as a dict iterator does when the dict changed.
+    #[inline(always)]
+    fn next(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
+        let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+        let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+        let now = unsafe { ffi::PyDict_Size(self.dict.as_ptr()) };
+        if now != self.len {
+            return Err(PyRuntimeError::new_err(
+                "dictionary changed size during iteration",
+            ));
+        }
+        if unsafe { ffi::PyDict_Next(self.dict.as_ptr(), &mut self.pos, &mut k, &mut v) } == 0 {
+            return Ok(None);
+        }
+        // as a dict iterator does: more items than the dict had means keys were replaced
+        if self.left == 0 {
+            return Err(PyRuntimeError::new_err(
+                "dictionary keys changed during iteration",
+            ));
+        }
+        self.left -= 1;
+        // SAFETY: borrowed pointers PyDict_Next gave us; we take our own references
+        unsafe {
+            Ok(Some((
+                Bound::from_borrowed_ptr(py, k),
+                Bound::from_borrowed_ptr(py, v),
+            )))
+        }
+    }
+}
+
+/// What a source decided from an object's layout when it was opened (its type, the type's version
+/// tag, its instance dict), checked again before the decision is relied on after Python code may
+/// have run (the walk's `Memo::python` counter moved): the getter of one field may replace
+/// `obj.__dict__`, assign `obj.__class__` or add a property to the class before the next field
+/// is read. Between two such points nothing can change it, so the check then costs a compare.
+struct Layout {
+    ty: *mut ffi::PyTypeObject,
+    /// the class's version tag when decided (0: none, so the decision holds only until Python runs)
+    tag: u32,
+    /// `Memo::python` when last checked; [`Layout::FAILED`] once a check failed (for good: the slow
+    /// way is always right)
+    seen: u64,
+}
+
+impl Layout {
+    /// A `seen` that `Memo::python` never reaches.
+    const FAILED: u64 = u64::MAX;
+
+    fn new(obj: &Bound<'_, PyAny>, tag: u32, python: u64) -> Self {
+        Layout {
+            // SAFETY: the type of a live object
+            ty: unsafe { ffi::Py_TYPE(obj.as_ptr()) },
+            tag,
+            seen: python,
+        }
+    }
+
+    /// Whether `obj` still has the type and class it had.
+    #[inline]
+    fn same_class(&self, obj: &Bound<'_, PyAny>) -> bool {
+        // SAFETY: the type of a live object, and a field of that live type
+        unsafe {
+            let ty = ffi::Py_TYPE(obj.as_ptr());
+            ty == self.ty && self.tag != 0 && (*ty).tp_version_tag == self.tag
+        }
+    }
+
+    /// `obj`'s instance dict now (`None` when it has none or reading it fails).
+    fn instance_dict<'py>(obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+        // SAFETY: new reference or NULL with an exception set; the sources with a `Layout` checked
+        // that the type uses the standard dict when opened, and `same_class` since
+        let d = unsafe {
+            Bound::from_owned_ptr_or_err(
+                obj.py(),
+                ffi::PyObject_GenericGetDict(obj.as_ptr(), std::ptr::null_mut()),
+            )
+        };
+        d.ok()
+    }
+
+    /// Whether the decision still holds for `obj`'s fields read from `dict`: same class, and
+    /// `dict` is still the instance dict.
+    #[inline]
+    fn holds_for_fields(
+        &mut self,
+        obj: &Bound<'_, PyAny>,
+        dict: &Bound<'_, PyDict>,
+        python: u64,
+    ) -> bool {
+        if self.seen == python {
+            return true;
+        }
+        let ok = self.seen != Self::FAILED
+            && self.same_class(obj)
+            && Self::instance_dict(obj).is_some_and(|d| d.is(dict));
+        self.seen = if ok { python } else { Self::FAILED };
+        ok
+    }
+
+    /// Whether `obj[key]` is still `data[key]`: same class, and `data` is still the instance
+    /// dict's `data` entry.
+    #[inline]
+    fn holds_for_data(
+        &mut self,
+        obj: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyDict>,
+        python: u64,
+    ) -> bool {
+        if self.seen == python {
+            return true;
+        }
+        let ok = self.seen != Self::FAILED
+            && self.same_class(obj)
+            && Self::instance_dict(obj)
+                .and_then(|d| d.downcast_into_exact::<PyDict>().ok())
+                .and_then(|d| d.get_item(pyo3::intern!(d.py(), "data")).ok().flatten())
+                .is_some_and(|v| v.is(data));
+        self.seen = if ok { python } else { Self::FAILED };
+        ok
+    }
 }
 
 /// Prefetching for long lists of tensors: a walk that reads a million tensors scattered over
@@ -83,7 +231,10 @@ struct Frame<'py> {
     src: Source<'py>,
     node: u32,
     only_tensors: bool,
-    ptr: usize,
+    /// the container: held while its address is in the cycle check's `OnStack` (a source may hold
+    /// only part of it, as a `UserDict`'s does its `data`), so no other object can take that
+    /// address meanwhile
+    obj: Bound<'py, PyAny>,
 }
 
 impl<'py> Source<'py> {
@@ -93,8 +244,15 @@ impl<'py> Source<'py> {
         matches!(self, Source::Items(_, true))
     }
 
+    /// The next step and value. `python` is the walk's count of points where Python code may have
+    /// run (`Memo::python`): a source that reads around Python (`Data`, `Fields` with direct
+    /// reads) checks its layout again when it moved, and one that calls Python moves it.
     #[inline(always)]
-    fn next(&mut self, py: Python<'py>) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
+    fn next(
+        &mut self,
+        py: Python<'py>,
+        python: &mut u64,
+    ) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
         match self {
             Source::List(l, i, ahead) => {
                 if *i >= l.len() {
@@ -124,59 +282,69 @@ impl<'py> Source<'py> {
                 *i += 1;
                 Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
             }
-            Source::Dict(d, pos, len, left) => {
-                // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
-                let mut k: *mut ffi::PyObject = std::ptr::null_mut();
-                let mut v: *mut ffi::PyObject = std::ptr::null_mut();
-                let now = unsafe { ffi::PyDict_Size(d.as_ptr()) };
-                if now != *len {
-                    return Err(PyRuntimeError::new_err(
-                        "dictionary changed size during iteration",
-                    ));
-                }
-                if unsafe { ffi::PyDict_Next(d.as_ptr(), pos, &mut k, &mut v) } == 0 {
+            Source::Dict(items) => Ok(items
+                .next(py)?
+                .map(|(key, value)| (Accessor::from_py(&key), value, Kind::Dict))),
+            Source::Data(items, obj, layout) => {
+                let Some((key, value)) = items.next(py)? else {
                     return Ok(None);
-                }
-                // as a dict iterator does: more items than the dict had means keys were replaced
-                if *left == 0 {
-                    return Err(PyRuntimeError::new_err(
-                        "dictionary keys changed during iteration",
-                    ));
-                }
-                *left -= 1;
-                let key = unsafe { Bound::from_borrowed_ptr(py, k) };
-                let value = unsafe { Bound::from_borrowed_ptr(py, v) };
+                };
+                // the reference reads `self[key]` (`UserDict.__getitem__`: `self.data[key]`)
+                let value = if layout.holds_for_data(obj, &items.dict, *python) {
+                    value
+                } else {
+                    *python += 1;
+                    obj.get_item(&key)?
+                };
                 Ok(Some((Accessor::from_py(&key), value, Kind::Dict)))
             }
-            Source::Seq(it, i) => match it.next() {
-                None => Ok(None),
-                Some(v) => {
-                    *i += 1;
-                    Ok(Some((Accessor::Int(*i - 1), v?, Kind::Sequence)))
+            Source::Seq(it, i) => {
+                *python += 1;
+                match it.next() {
+                    None => Ok(None),
+                    Some(v) => {
+                        *i += 1;
+                        Ok(Some((Accessor::Int(*i - 1), v?, Kind::Sequence)))
+                    }
                 }
-            },
-            Source::Items(it, _) => match it.next() {
-                None => Ok(None),
-                Some(pair) => {
-                    let pair = pair?;
-                    let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.extract()?;
-                    Ok(Some((Accessor::from_py(&k), v, Kind::Dict)))
+            }
+            Source::Items(it, _) => {
+                *python += 1;
+                match it.next() {
+                    None => Ok(None),
+                    Some(pair) => {
+                        let pair = pair?;
+                        let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.extract()?;
+                        Ok(Some((Accessor::from_py(&k), v, Kind::Dict)))
+                    }
                 }
-            },
+            }
             Source::Fields(obj, fields, i, kind, direct) => match fields.get(*i) {
                 None => Ok(None),
                 Some(name) => {
                     let name = name.bind(py);
                     let from_dict = match direct {
-                        Some((dict, how)) if how[*i] != NOT_DIRECT => {
-                            dict_entry(py, dict, name, how[*i])?
+                        Some((dict, how, layout)) if how[*i] != NOT_DIRECT => {
+                            if layout.holds_for_fields(obj, dict, *python) {
+                                let v = dict_entry(py, dict, name, how[*i])?;
+                                if v.is_none() {
+                                    *python += 1; // a lookup by key, which may compare keys
+                                }
+                                v
+                            } else {
+                                *direct = None;
+                                None
+                            }
                         }
                         _ => None,
                     };
                     *i += 1;
                     let v = match from_dict {
                         Some(v) => v,
-                        None => obj.getattr(name)?,
+                        None => {
+                            *python += 1;
+                            obj.getattr(name)?
+                        }
                     };
                     Ok(Some((Accessor::Str(name.clone().unbind()), v, *kind)))
                 }
@@ -202,13 +370,12 @@ fn open<'py>(
             let ahead = Lookahead::for_len(py, t.len())?;
             Source::Tuple(t, 0, ahead)
         }
-        Walk::Dict => {
-            let d = obj.downcast::<PyDict>()?.clone();
-            let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
-            Source::Dict(d, 0, len, len)
+        Walk::Dict => Source::Dict(DictItems::new(obj.downcast::<PyDict>()?.clone())),
+        Walk::Sequence => {
+            memo.python += 1;
+            Source::Seq(obj.try_iter()?, 0)
         }
-        Walk::Sequence => Source::Seq(obj.try_iter()?, 0),
-        Walk::Mapping => mapping_source(py, obj, &info)?,
+        Walk::Mapping => mapping_source(py, obj, &info, &mut memo.python)?,
         Walk::Dataclass => Source::Fields(
             obj.clone(),
             FieldList::Shared(info),
@@ -218,10 +385,15 @@ fn open<'py>(
         ),
         Walk::UserType => {
             let ty = obj.get_type();
+            // a decision made while Python code ran is checked before its first use
+            let start = memo.python;
             let class = memo.class_fields(py, &ty)?;
             let found = memo.instance_fields(py, obj, &ty, &class)?;
             let fields = found.own.unwrap_or(FieldList::Class(class));
-            Source::Fields(obj.clone(), fields, 0, Kind::UserType, found.direct)
+            let direct = found
+                .direct
+                .map(|(dict, how, tag)| (dict, how, Layout::new(obj, tag, start)));
+            Source::Fields(obj.clone(), fields, 0, Kind::UserType, direct)
         }
         Walk::Leaf => unreachable!("leaves are not opened"),
     })
@@ -235,26 +407,29 @@ struct DictView {
 }
 
 /// A dict that holds exactly what walking `.items()` of the mapping `obj` would yield, in order:
-/// the `data` of a plain `UserDict` subclass, or of one whose `items` is `return self.data.items()`
-/// (transformers' `BatchEncoding`; see `TypeInfo::walks_like_data`), without calling anything; or
-/// the dict behind the `dict_items` view that `.items()` returned (a dict subclass that keeps
-/// `dict.items` returns its own), iterated without calling anything, as the view is.
-/// Otherwise the items are iterated as Python iterates them.
+/// the `data` of a plain `UserDict` subclass (as long as `self[key]` reads it: `Source::Data`), or
+/// of one whose `items` is `return self.data.items()` (transformers' `BatchEncoding`; see
+/// `TypeInfo::walks_like_data`), without calling anything; or the dict behind the `dict_items`
+/// view that `.items()` returned (a dict subclass that keeps `dict.items` returns its own),
+/// iterated without calling anything, as the view is. Otherwise the items are iterated as Python
+/// iterates them. `python`: the walk's count of points where Python code may have run.
 fn mapping_source<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     info: &TypeInfo,
+    python: &mut u64,
 ) -> PyResult<Source<'py>> {
-    let dict_source = |d: Bound<'py, PyDict>| {
-        // SAFETY: the size of a dict we hold
-        let len = unsafe { ffi::PyDict_Size(d.as_ptr()) };
-        Source::Dict(d, 0, len, len)
-    };
     if info.walks_like_data(&obj.get_type()) {
         if let Some(d) = user_dict_data(py, obj) {
-            return Ok(dict_source(d));
+            if !info.user_dict_data {
+                // `self.data.items()`: a view of this dict, whatever happens to `self` later
+                return Ok(Source::Dict(DictItems::new(d)));
+            }
+            let layout = Layout::new(obj, info.version_tag, *python);
+            return Ok(Source::Data(DictItems::new(d), obj.clone(), layout));
         }
     }
+    *python += 1;
     let items = obj.call_method0(pyo3::intern!(py, "items"))?;
     // SAFETY: an exact `dict_items` object has the `_PyDictViewObject` layout; its dict is alive
     // while the view is, and `from_borrowed_ptr` takes our own reference to it
@@ -262,9 +437,9 @@ fn mapping_source<'py>(
         if ffi::PyDictItems_Check(items.as_ptr()) != 0 {
             let dict = (*(items.as_ptr() as *const DictView)).dv_dict;
             if !dict.is_null() && ffi::PyDict_Check(dict) != 0 {
-                return Ok(dict_source(
+                return Ok(Source::Dict(DictItems::new(
                     Bound::from_borrowed_ptr(py, dict).downcast_into_unchecked(),
-                ));
+                )));
             }
         }
     }
@@ -372,9 +547,9 @@ fn walk_with<V: Visitor>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn walk_frames<V: Visitor>(
-    py: Python<'_>,
-    root: &Bound<'_, PyAny>,
+fn walk_frames<'py, V: Visitor>(
+    py: Python<'py>,
+    root: &Bound<'py, PyAny>,
     only_tensors: bool,
     arena: &mut Arena,
     visitor: &mut V,
@@ -382,8 +557,7 @@ fn walk_frames<V: Visitor>(
     on_stack: &mut OnStack,
     info: InfoRef,
 ) -> PyResult<()> {
-    let root_ptr = root.as_ptr() as usize;
-    on_stack.insert(root_ptr, ROOT);
+    on_stack.insert(root.as_ptr() as usize, ROOT);
     let src = open(py, memo, root, info)?;
     arena.may_repeat |= src.may_repeat();
     let mut stack = Vec::with_capacity(8);
@@ -391,14 +565,14 @@ fn walk_frames<V: Visitor>(
         src,
         node: ROOT,
         only_tensors: info.only_tensors.unwrap_or(only_tensors),
-        ptr: root_ptr,
+        obj: root.clone(),
     });
     // whether the first step of the current path is "cache_position"
     let mut under_cp = false;
     while let Some(frame) = stack.last_mut() {
-        let Some((acc, value, kind)) = frame.src.next(py)? else {
+        let Some((acc, value, kind)) = frame.src.next(py, &mut memo.python)? else {
             let done = stack.pop().expect("non-empty");
-            on_stack.remove(&done.ptr);
+            on_stack.remove(&(done.obj.as_ptr() as usize));
             continue;
         };
         let parent = frame.node;
@@ -407,13 +581,17 @@ fn walk_frames<V: Visitor>(
         if info.ignored {
             continue;
         }
+        if !acc.is_plain() {
+            // comparing or hashing the key (for the path) may run its `__eq__`/`__hash__`
+            memo.python += 1;
+        }
         if parent == ROOT {
             under_cp = is_cache_position(py, &acc)?;
         }
         if info.walk == Walk::Leaf {
             let info = memo.leaf_info(py, info, &value)?;
             if !frame_only || info.is_tensor {
-                visitor.leaf(
+                let ran = visitor.leaf(
                     py,
                     arena,
                     Some((parent, acc, kind)),
@@ -421,11 +599,13 @@ fn walk_frames<V: Visitor>(
                     &info,
                     under_cp,
                 )?;
+                memo.python += ran as u64;
             }
             continue;
         }
         let node = arena.push(py, parent, acc, kind)?;
         let ptr = value.as_ptr() as usize;
+        // every address in `on_stack` is a container some frame holds: none can be reused
         if let Some(&ancestor) = on_stack.get(&ptr) {
             return Err(PyValueError::new_err(format!(
                 "cyclic structure: {} is the same {} object as its enclosing {}; aitune_fast cannot describe an argument that contains itself",
@@ -447,7 +627,7 @@ fn walk_frames<V: Visitor>(
             src,
             node,
             only_tensors: info.only_tensors.unwrap_or(frame_only),
-            ptr,
+            obj: value,
         });
     }
     Ok(())
@@ -478,13 +658,13 @@ impl Visitor for Collect {
         value: &Bound<'_, PyAny>,
         _info: &TypeInfo,
         _cp: bool,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         let node = match step {
             Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
             None => ROOT,
         };
         self.leaves.push((node, value.clone().unbind()));
-        Ok(())
+        Ok(false)
     }
 }
 

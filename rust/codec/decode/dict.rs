@@ -15,7 +15,9 @@ use super::legacy::{legacy_others, legacy_rows, legacy_tensors};
 
 const DICT_KEYS: [&str; 4] = ["tensor_data", "other_data", "strict", "llm_phase"];
 
-pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMetadata> {
+/// `from_dict`: the metadata, and whether its `tensor_data` part says it was written by an
+/// `ExactSampleMetadata` (the reference's pickled dicts never do).
+pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_dict";
     let d = data.downcast::<PyDict>().map_err(|_| {
         PyValueError::new_err(format!(
@@ -64,6 +66,7 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMeta
     let mut b = Build::new(py, WHAT);
     let mut legacy = false;
     let mut default_out: Option<bool> = None;
+    let mut exact = false;
     for (key, doc) in [("tensor_data", Doc::Tensors), ("other_data", Doc::Others)] {
         let v = get(key)?;
         let owned: Vec<u8>;
@@ -88,6 +91,7 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMeta
                 let mut p = Parser::new(bytes, false, what);
                 let info = read_doc(py, &mut p, &mut b, doc)?;
                 default_out.get_or_insert(info.is_output);
+                exact |= info.exact;
             }
             Some(0x80) => {
                 legacy = true;
@@ -111,5 +115,6 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<SampleMeta
             }
         }
     }
-    b.finish(strict, llm_phase, default_out.unwrap_or(false), !legacy)
+    let md = b.finish(strict, llm_phase, default_out.unwrap_or(false), !legacy)?;
+    Ok((md, exact))
 }

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use crate::codec::format::{FORMAT, FORMAT_OTHERS, FORMAT_TENSORS, VERSION};
+use crate::codec::format::{CLASSES, FORMAT, FORMAT_OTHERS, FORMAT_TENSORS, VERSION};
 use crate::codec::text::parse::{JNum, Parser, Tok};
 use crate::metadata::SampleMetadata;
 
@@ -21,12 +21,14 @@ pub(super) enum Doc {
 }
 
 pub(super) struct DocInfo {
+    /// the document says it was written by an `ExactSampleMetadata` (its `class` key)
+    pub(super) exact: bool,
     pub(super) strict: bool,
     pub(super) llm_phase: Option<Py<PyAny>>,
     pub(super) is_output: bool,
 }
 
-const DOC_KEYS: [&str; 12] = [
+const DOC_KEYS: [&str; 13] = [
     "format",
     "version",
     "is_output",
@@ -39,7 +41,11 @@ const DOC_KEYS: [&str; 12] = [
     "paths",
     "tensors",
     "others",
+    "class",
 ];
+
+/// The optional `class` key (its index in `DOC_KEYS`), in full documents and `tensor_data` parts.
+const CLASS: usize = 12;
 
 /// Read the value of section `key` (a table or the entries).
 #[allow(clippy::too_many_arguments)]
@@ -76,12 +82,13 @@ pub(super) fn read_doc<'py>(
         Doc::Others => FORMAT_OTHERS,
     };
     // the document's keys; its tables; its entries, read once every other key is known
-    let (allowed, tables, entries): (&[usize], &[usize], &[usize]) = match doc {
+    let (required, tables, entries): (&[usize], &[usize], &[usize]) = match doc {
         Doc::Full => (&[0, 1, 2, 3, 4, 5, 6], &[], &[3, 4]),
         Doc::Tensors => (&[0, 1, 2, 7, 8, 9, 10], &[8, 9], &[10]),
         Doc::Others => (&[0, 1, 2, 9, 11], &[9], &[11]),
     };
-    let before_entries: u32 = allowed
+    let optional: &[usize] = if doc == Doc::Others { &[] } else { &[CLASS] };
+    let before_entries: u32 = required
         .iter()
         .filter(|i| !entries.contains(i))
         .fold(0, |m, &i| m | (1 << i));
@@ -92,6 +99,7 @@ pub(super) fn read_doc<'py>(
         batch_size: f64::NAN,
     };
     let mut info = DocInfo {
+        exact: false,
         strict: false,
         llm_phase: None,
         is_output: false,
@@ -110,7 +118,7 @@ pub(super) fn read_doc<'py>(
         let i = key
             .as_str()
             .and_then(|k| DOC_KEYS.iter().position(|&x| x == k))
-            .filter(|i| allowed.contains(i))
+            .filter(|i| required.contains(i) || optional.contains(i))
             .ok_or_else(|| p.err_at(at, format!("unexpected key {}", key.show())))?;
         if seen & (1 << i) != 0 {
             return Err(p.err_at(at, format!("key {} occurs twice", key.show())));
@@ -175,6 +183,7 @@ pub(super) fn read_doc<'py>(
                 }
             }
             7 => part.batch_size = read_float(p, "batch_size")?,
+            CLASS => info.exact = read_class(p)?,
             _ => {
                 let ready = format_ok
                     && version_ok
@@ -190,7 +199,7 @@ pub(super) fn read_doc<'py>(
         }
     }
     p.end()?;
-    check_required(p, top, &DOC_KEYS, seen, allowed)?;
+    check_required(p, top, &DOC_KEYS, seen, required)?;
     deferred.sort_by_key(|&(_, i)| !tables.contains(&i));
     for (pos, i) in deferred {
         let mut q = p.fork_at(pos, 1);
@@ -200,10 +209,31 @@ pub(super) fn read_doc<'py>(
     Ok(info)
 }
 
-pub fn from_json(py: Python<'_>, text: &str) -> PyResult<SampleMetadata> {
+/// The `class` key's value: whether it names `ExactSampleMetadata` (else `SampleMetadata`).
+fn read_class(p: &mut Parser<'_>) -> PyResult<bool> {
+    let at = p.pos;
+    let name = match p.peek()? {
+        Tok::Str => p.string()?,
+        t => return Err(p.err(format!("class is a string, found {}", t.name()))),
+    };
+    match CLASSES.iter().position(|c| name.is(c)) {
+        Some(i) => Ok(i == 1),
+        None => Err(p.err_at(
+            at,
+            format!(
+                "class is {}, expected one of {CLASSES:?} (a document names only aitune_fast's own classes)",
+                name.show()
+            ),
+        )),
+    }
+}
+
+/// `from_json`: the metadata, and whether the document was written by an `ExactSampleMetadata`.
+pub fn from_json(py: Python<'_>, text: &str) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_json";
     let mut p = Parser::new(text.as_bytes(), true, WHAT);
     let mut b = Build::new(py, WHAT);
     let info = read_doc(py, &mut p, &mut b, Doc::Full)?;
-    b.finish(info.strict, info.llm_phase, info.is_output, true)
+    let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;
+    Ok((md, info.exact))
 }

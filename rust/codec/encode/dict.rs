@@ -14,14 +14,19 @@ use crate::tensor_spec::{Dim, Spec};
 use super::writer::Enc;
 use super::{check_lengths, check_unique, default_is_output, phase};
 
-pub fn to_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyDict>> {
+/// `md` as a dict; `exact`: it is an `ExactSampleMetadata` (its `tensor_data` part says so).
+pub fn to_dict<'py>(
+    py: Python<'py>,
+    md: &SampleMetadata,
+    exact: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     const WHAT: &str = "SampleMetadata.to_dict";
     let v = md.view(py)?;
     check_unique(py, &v, WHAT)?;
     let out_default = default_is_output(&v);
     let phase = phase(py, md, WHAT)?;
     let mut e = Enc::new(py, 256 + 40 * v.n_tensors());
-    e.tensor_part(&v, out_default, WHAT)?;
+    e.tensor_part(&v, out_default, exact, WHAT)?;
     let tensors = PyBytes::new(py, e.out.as_bytes());
     e.out = String::with_capacity(128 + 80 * v.n_others());
     e.other_part(&v, out_default, WHAT)?;
@@ -138,7 +143,13 @@ impl<'py> Enc<'py> {
     }
 
     /// The `tensor_data` part of `to_dict` (format `FORMAT_TENSORS`).
-    fn tensor_part(&mut self, v: &View<'_, 'py>, default_out: bool, what: &str) -> PyResult<()> {
+    fn tensor_part(
+        &mut self,
+        v: &View<'_, 'py>,
+        default_out: bool,
+        exact: bool,
+        what: &str,
+    ) -> PyResult<()> {
         let n = v.n_tensors();
         let bs = match v {
             View::C(c) => c.batch_size,
@@ -152,7 +163,11 @@ impl<'py> Enc<'py> {
         };
         self.out.push_str("{\"format\":\"");
         self.out.push_str(FORMAT_TENSORS);
-        self.out.push_str("\",\"version\":1,\"is_output\":");
+        self.out.push_str("\",\"version\":1,");
+        if exact {
+            self.out.push_str(super::EXACT_CLASS);
+        }
+        self.out.push_str("\"is_output\":");
         self.out
             .push_str(if default_out { "true" } else { "false" });
         self.out.push_str(",\"batch_size\":");

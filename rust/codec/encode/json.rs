@@ -10,9 +10,14 @@ use crate::paths::{Arena, DisplayCache, ROOT};
 use crate::tensor_spec::multiplier;
 
 use super::writer::{write_text, Enc};
-use super::{check_lengths, check_unique, default_is_output, phase, with_context};
+use super::{check_lengths, check_unique, default_is_output, phase, with_context, EXACT_CLASS};
 
-pub fn to_json<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyString>> {
+/// `md`'s document; `exact`: it is an `ExactSampleMetadata` (the document says so).
+pub fn to_json<'py>(
+    py: Python<'py>,
+    md: &SampleMetadata,
+    exact: bool,
+) -> PyResult<Bound<'py, PyString>> {
     const WHAT: &str = "SampleMetadata.to_json";
     let v = md.view(py)?;
     check_unique(py, &v, WHAT)?;
@@ -28,7 +33,11 @@ pub fn to_json<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py,
     };
     e.out.push_str("{\"format\":\"");
     e.out.push_str(FORMAT);
-    e.out.push_str("\",\"version\":1,\"strict\":");
+    e.out.push_str("\",\"version\":1,");
+    if exact {
+        e.out.push_str(EXACT_CLASS);
+    }
+    e.out.push_str("\"strict\":");
     e.out.push_str(if md.strict { "true" } else { "false" });
     e.out.push_str(",\"llm_phase\":");
     match &phase {

@@ -16,6 +16,10 @@ mod json;
 mod writer;
 
 pub use dict::to_dict;
+
+/// The `class` member of a document written by an `ExactSampleMetadata` (`format::CLASSES`), with
+/// the comma that follows it.
+const EXACT_CLASS: &str = "\"class\":\"ExactSampleMetadata\",";
 pub use json::to_json;
 
 /// The same kind of exception as `e` (TypeError, ValueError, else `e` itself), its message prefixed.
