@@ -88,6 +88,8 @@ impl<'py> Enc<'py> {
                 "the value is nested too deeply (JSON nesting above {MAX_NESTING} levels)"
             )));
         }
+        // `exact` and `lossy` recurse once per level
+        crate::stack::check("writing a nested value")?;
         self.out.push(c);
         Ok(())
     }
@@ -178,8 +180,82 @@ impl<'py> Enc<'py> {
         Ok(())
     }
 
-    /// An `EXACT` value (see the module docs).
+    /// An `EXACT` value (see the module docs). The containers recurse; everything else is written
+    /// out of line, so that the recursion's frames stay small.
     pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        if v.is_exact_instance_of::<PyList>() {
+            self.array(v, Self::exact)
+        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
+            self.exact_dict(v, d)
+        } else if v.is_exact_instance_of::<PyTuple>() {
+            self.tagged_array("$tuple", v)
+        } else if v.is_exact_instance_of::<PySet>() {
+            self.tagged_array("$set", v)
+        } else if v.is_exact_instance_of::<PyFrozenSet>() {
+            self.tagged_array("$frozenset", v)
+        } else {
+            self.exact_leaf(v)
+        }
+    }
+
+    fn tagged_array(&mut self, tag: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.tagged_open(tag)?;
+        self.array(v, Self::exact)?;
+        self.close('}');
+        Ok(())
+    }
+
+    /// A dict: an object if every key is a str not starting with `$`, else a `$dict`.
+    #[inline(never)]
+    fn exact_dict(&mut self, v: &Bound<'_, PyAny>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        self.enter(v)?;
+        let items = d.items();
+        let mut plain = true;
+        for kv in items.iter() {
+            let k = kv.get_item(0)?;
+            plain = match k.downcast_exact::<PyString>() {
+                Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
+                Err(_) => false,
+            };
+            if !plain {
+                break;
+            }
+        }
+        if plain {
+            self.open('{')?;
+            for (i, kv) in items.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let k = kv.get_item(0)?;
+                self.pystr(k.downcast::<PyString>()?)?;
+                self.out.push(':');
+                self.exact(&kv.get_item(1)?)?;
+            }
+            self.close('}');
+        } else {
+            self.tagged_open("$dict")?;
+            self.open('[')?;
+            for (i, kv) in items.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.open('[')?;
+                self.exact(&kv.get_item(0)?)?;
+                self.out.push(',');
+                self.exact(&kv.get_item(1)?)?;
+                self.close(']');
+            }
+            self.close(']');
+            self.close('}');
+        }
+        self.leave();
+        Ok(())
+    }
+
+    /// A value that holds no other: a scalar, bytes, complex or dtype (else a TypeError).
+    #[inline(never)]
+    fn exact_leaf(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = self.py;
         if v.is_none() {
             self.out.push_str("null");
@@ -192,63 +268,6 @@ impl<'py> Enc<'py> {
             self.float(f.value());
         } else if let Ok(s) = v.downcast_exact::<PyString>() {
             self.pystr(s)?;
-        } else if v.is_exact_instance_of::<PyList>() {
-            self.array(v, Self::exact)?;
-        } else if v.is_exact_instance_of::<PyTuple>() {
-            self.tagged_open("$tuple")?;
-            self.array(v, Self::exact)?;
-            self.close('}');
-        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
-            self.enter(v)?;
-            let items = d.items();
-            let mut plain = true;
-            for kv in items.iter() {
-                let k = kv.get_item(0)?;
-                plain = match k.downcast_exact::<PyString>() {
-                    Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
-                    Err(_) => false,
-                };
-                if !plain {
-                    break;
-                }
-            }
-            if plain {
-                self.open('{')?;
-                for (i, kv) in items.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(',');
-                    }
-                    let k = kv.get_item(0)?;
-                    self.pystr(k.downcast::<PyString>()?)?;
-                    self.out.push(':');
-                    self.exact(&kv.get_item(1)?)?;
-                }
-                self.close('}');
-            } else {
-                self.tagged_open("$dict")?;
-                self.open('[')?;
-                for (i, kv) in items.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(',');
-                    }
-                    self.open('[')?;
-                    self.exact(&kv.get_item(0)?)?;
-                    self.out.push(',');
-                    self.exact(&kv.get_item(1)?)?;
-                    self.close(']');
-                }
-                self.close(']');
-                self.close('}');
-            }
-            self.leave();
-        } else if v.is_exact_instance_of::<PySet>() {
-            self.tagged_open("$set")?;
-            self.array(v, Self::exact)?;
-            self.close('}');
-        } else if v.is_exact_instance_of::<PyFrozenSet>() {
-            self.tagged_open("$frozenset")?;
-            self.array(v, Self::exact)?;
-            self.close('}');
         } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
             self.tagged_open("$bytes")?;
             self.out.push('"');
