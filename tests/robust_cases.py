@@ -582,6 +582,31 @@ def shared_sublists(depth: int) -> dict:
 SMALL_STACK_NESTING = 100  # CPython 3.11's own repr of mapping proxies nested 200 deep overflows 128 KiB
 
 
+def nested_reference_pickles(stack: int, depth: int) -> dict:
+    """``from_dict`` of reference-format dicts whose pickled other value nests tuples, frozensets or lists
+    ``depth`` deep, on a ``stack``-byte thread (the restricted reader converts values recursively, in Python)."""
+    import pickle
+    import sys
+
+    R = ref().locator
+    loc = R.Locator((("o", R.ObjectType.DICT),))
+    wrap = {"tuple": lambda x: (x,), "frozenset": lambda x: frozenset([x]), "list": lambda x: [x]}
+    data = {}
+    for kind, make in wrap.items():
+        x: Any = 1
+        for _ in range(depth):
+            x = make(x)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 4 * depth + 100))  # pickling a frozenset takes several levels
+        try:
+            other = pickle.dumps(((loc, x),))
+        finally:
+            sys.setrecursionlimit(limit)
+        data[kind] = {"tensor_data": pickle.dumps(()), "other_data": other, "strict": True, "llm_phase": None}
+    SM = fast().SampleMetadata
+    return in_thread(lambda: {k: outcome(lambda: SM.from_dict(d)) for k, d in data.items()}, stack)  # noqa: B023
+
+
 def small_stack_corpus(stack: int, examples: int) -> dict:
     """The robustness battery, the cycle cases, nested other data, shared references and the hostile fuzz, all
     on one ``stack``-byte thread. The other data is nested only as deep as CPython's own ``==`` and ``repr``

@@ -144,6 +144,18 @@ def test_hash_of_a_deep_unwalked_mapping_on_a_small_thread_raises_recursion_erro
 
 
 @pytest.mark.parametrize("stack", rc.TINY_STACKS, ids=TINY_IDS)
+def test_nested_reference_pickles_on_small_thread_stacks_raise_instead_of_crashing(stack):
+    """from_dict of reference pickles whose other value nests tuples, frozensets or lists 300 and 700 deep, on a
+    small thread: read, or refused with a ValueError (tuples and frozensets 300 deep were a SIGSEGV on 128 KiB)."""
+    for depth in (300, 700):
+        r = run_child("robust_cases", "nested_reference_pickles", stack, depth, timeout=120)
+        for kind, out in r.items():
+            assert out[0] == "ok" or out[1] == "ValueError", (depth, kind, out)
+            if out[0] == "raise":
+                assert "nested too deeply" in out[2], (depth, kind, out)
+
+
+@pytest.mark.parametrize("stack", rc.TINY_STACKS, ids=TINY_IDS)
 def test_the_robustness_corpus_holds_on_small_thread_stacks(stack):
     """The battery (tensor kinds, other data, getter errors), the cycle cases, nested other data, shared
     references and 40 hostile fuzz examples, all on one small thread, behave as on the main thread."""
