@@ -1,5 +1,5 @@
-//! The crate's layers, bottom up: `interp` and `reader`; `paths` and `tensor_spec`; `walk`;
-//! `metadata`; `codec`; `api`. A module never names a layer above its own (where a lower one needs
+//! The crate's layers, bottom up: `stack` (the recursion guard); `interp` and `reader`; `paths`
+//! and `tensor_spec`; `walk`; `metadata`; `codec`; `api`. A module never names a layer above its own (where a lower one needs
 //! something from above, it is passed in, or the method lives above: the Python method tables of
 //! `Locator` and `SampleMetadata` are in `api/`). Checked here, in tests, by reading the sources.
 
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom up. A module names no module of its own layer or of one above.
 const LAYERS: &[&[&str]] = &[
+    &["stack"],
     &["interp", "reader"],
     &["paths", "tensor_spec"],
     &["walk"],

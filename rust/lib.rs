@@ -2,6 +2,7 @@
 //! equality and hashing, shape learning and JSON.
 //!
 //! Folders by layer, bottom up (`layers.rs` checks that none names one above it):
+//! - `stack` (the recursion guard every recursive path calls);
 //! - `interp` (Python objects looked up once) and `reader/` (tensor sizes and dtypes through torch's
 //!   C interfaces);
 //! - `paths/` (the path arena, `Locator`) and `tensor_spec/` (`TensorSpec`, dtype ids, shape
@@ -23,6 +24,7 @@ mod layers;
 pub mod metadata;
 pub mod paths;
 pub mod reader;
+pub mod stack;
 pub mod tensor_spec;
 pub mod walk;
 

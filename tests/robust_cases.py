@@ -509,6 +509,123 @@ def deep_other_data(stack: int, depth: int) -> dict:
     return in_thread(work, stack)
 
 
+TINY_STACKS = [256 * 1024, 128 * 1024]  # server thread pools; musl's default thread stack is 128 KiB
+
+
+def _deep_document(depth: int) -> str:
+    """A ``to_json()`` document whose other value is a list nested ``depth`` deep."""
+    import torch
+
+    md = fast().SampleMetadata.from_inputs({"t": torch.zeros(2), "o": 1}, strict=True)
+    nested = "[" * depth + "1" + "]" * depth
+    text = md.to_json().replace('"exact_value":1,"value":1', f'"exact_value":{nested},"value":{nested}')
+    assert nested in text
+    return text
+
+
+def nested_documents(stack: int, depth: int) -> dict:
+    """The codecs on a document whose other value is nested ``depth`` deep, on a ``stack``-byte thread: each
+    operation works or raises RecursionError (the C stack is checked before each level), never crashes."""
+    SM = fast().SampleMetadata
+    text = _deep_document(depth)
+    md = SM.from_json(text)  # on this (main) thread's large stack
+    data = md.to_dict()
+
+    def work():
+        return {
+            "from_json": outcome(lambda: SM.from_json(text)),
+            "to_json": outcome(md.to_json),
+            "to_dict": outcome(md.to_dict),
+            "from_dict": outcome(lambda: SM.from_dict(data)),
+            "round_trip": outcome(lambda: SM.from_json(md.to_json()) == md),
+            "hash": outcome(lambda: hash(md)),
+        }
+
+    return in_thread(work, stack)
+
+
+def deep_mapping_hash(stack: int, depth: int) -> list:
+    """``hash()`` of a strict metadata whose other value is a mapping proxy holding a list nested ``depth`` deep
+    (a leaf the walk does not open, hashed recursively), on a ``stack``-byte thread."""
+    import torch
+
+    x: Any = 1
+    for _ in range(depth):
+        x = [x]
+    md = fast().SampleMetadata.from_inputs({"t": torch.zeros(2), "o": MappingProxyType({"k": x})}, strict=True)
+    return in_thread(lambda: outcome(lambda: hash(md)), stack)
+
+
+def shared_sublists(depth: int) -> dict:
+    """A reference-format dict whose pickled other value shares its sub-lists (``x = [x, x]``, ``depth`` times:
+    a few hundred bytes that expand to ``2**depth`` lists): to_dict/to_json finish quickly, with the value
+    written in full or refused with an error that says why."""
+    import pickle
+
+    R = ref().locator
+    x: Any = [1]
+    for _ in range(depth):
+        x = [x, x]
+    loc = R.Locator((("o", R.ObjectType.DICT),))
+    data = {"tensor_data": pickle.dumps(()), "other_data": pickle.dumps(((loc, x),)), "strict": True, "llm_phase": None}
+    md = fast().SampleMetadata.from_dict(data)
+    res: dict[str, Any] = {"input_bytes": len(data["other_data"])}
+    for name in ("to_dict", "to_json"):
+        t0 = time.perf_counter()
+        res[name] = outcome(lambda: len(getattr(md, name)()))  # noqa: B023
+        res[name + "_seconds"] = time.perf_counter() - t0
+    if res["to_json"][0] == "ok":
+        res["round_trip"] = fast().SampleMetadata.from_json(md.to_json()) == md
+    return res
+
+
+SMALL_STACK_NESTING = 100  # CPython 3.11's own repr of mapping proxies nested 200 deep overflows 128 KiB
+
+
+def nested_reference_pickles(stack: int, depth: int) -> dict:
+    """``from_dict`` of reference-format dicts whose pickled other value nests tuples, frozensets or lists
+    ``depth`` deep, on a ``stack``-byte thread (the restricted reader converts values recursively, in Python)."""
+    import pickle
+    import sys
+
+    R = ref().locator
+    loc = R.Locator((("o", R.ObjectType.DICT),))
+    wrap = {"tuple": lambda x: (x,), "frozenset": lambda x: frozenset([x]), "list": lambda x: [x]}
+    data = {}
+    for kind, make in wrap.items():
+        x: Any = 1
+        for _ in range(depth):
+            x = make(x)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 4 * depth + 100))  # pickling a frozenset takes several levels
+        try:
+            other = pickle.dumps(((loc, x),))
+        finally:
+            sys.setrecursionlimit(limit)
+        data[kind] = {"tensor_data": pickle.dumps(()), "other_data": other, "strict": True, "llm_phase": None}
+    SM = fast().SampleMetadata
+    return in_thread(lambda: {k: outcome(lambda: SM.from_dict(d)) for k, d in data.items()}, stack)  # noqa: B023
+
+
+def small_stack_corpus(stack: int, examples: int) -> dict:
+    """The robustness battery, the cycle cases, nested other data, shared references and the hostile fuzz, all
+    on one ``stack``-byte thread. The other data is nested only as deep as CPython's own ``==`` and ``repr``
+    survive on such a stack (they recurse in C without checking it before 3.12); deeper values are in
+    ``deep_mapping_hash`` and ``nested_documents``."""
+    import hostile_cases
+
+    def work():
+        return {
+            "battery": battery(),
+            "cycles": cycles(),
+            "deep_other_data": deep_other_data(0, SMALL_STACK_NESTING),
+            "shared": shared_references(),
+            "hostile": hostile_cases.fuzz(examples, 0),
+        }
+
+    return in_thread(work, stack)
+
+
 # ============================================================================================== tensor kinds
 
 

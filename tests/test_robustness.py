@@ -118,6 +118,80 @@ def test_deeply_nested_other_data_never_overflows_the_stack(stack):
             assert out[0] == "ok" or out[1] in ("RecursionError", "ValueError"), (value, op, out)
 
 
+TINY_IDS = ["256KiB-thread", "128KiB-thread"]
+
+
+@pytest.mark.parametrize("stack", rc.TINY_STACKS, ids=TINY_IDS)
+def test_nested_documents_on_small_thread_stacks_raise_instead_of_crashing(stack):
+    """A document whose other value is a list nested 400 deep (inside the 512-level limit): from_json, to_json,
+    to_dict, from_dict and hash on a small thread stack each work or raise RecursionError (the C stack left
+    is checked before each level; it was a SIGSEGV). Reading needs less stack than writing: on 256 KiB it works."""
+    r = run_child("robust_cases", "nested_documents", stack, 400, timeout=120)
+    for op, out in r.items():
+        assert out[0] == "ok" or out[1] == "RecursionError", (op, out)
+        if out[0] == "raise" and op.startswith("to_"):
+            assert 'other_data[0] at locator "o"' in out[2], (op, out)
+    if stack >= 256 * 1024:
+        assert r["from_json"] == ["ok", "SampleMetadata"] and r["from_dict"] == ["ok", "SampleMetadata"], r
+
+
+@pytest.mark.parametrize("stack", rc.TINY_STACKS, ids=TINY_IDS)
+def test_hash_of_a_deep_unwalked_mapping_on_a_small_thread_raises_recursion_error(stack):
+    """hash() of a strict metadata whose other value is a mapping proxy around a list nested 950 deep: the
+    reference raises RecursionError; it was a SIGSEGV on a 256 KiB thread."""
+    r = run_child("robust_cases", "deep_mapping_hash", stack, 950, timeout=120)
+    assert r[:2] == ["raise", "RecursionError"], r
+
+
+@pytest.mark.parametrize("stack", rc.TINY_STACKS, ids=TINY_IDS)
+def test_nested_reference_pickles_on_small_thread_stacks_raise_instead_of_crashing(stack):
+    """from_dict of reference pickles whose other value nests tuples, frozensets or lists 300 and 700 deep, on a
+    small thread: read, or refused with a ValueError (tuples and frozensets 300 deep were a SIGSEGV on 128 KiB)."""
+    for depth in (300, 700):
+        r = run_child("robust_cases", "nested_reference_pickles", stack, depth, timeout=120)
+        for kind, out in r.items():
+            assert out[0] == "ok" or out[1] == "ValueError", (depth, kind, out)
+            if out[0] == "raise":
+                assert "nested too deeply" in out[2], (depth, kind, out)
+
+
+@pytest.mark.parametrize("stack", rc.TINY_STACKS, ids=TINY_IDS)
+def test_the_robustness_corpus_holds_on_small_thread_stacks(stack):
+    """The battery (tensor kinds, other data, getter errors), the cycle cases, nested other data, shared
+    references and 40 hostile fuzz examples, all on one small thread, behave as on the main thread."""
+    r = run_child("robust_cases", "small_stack_corpus", stack, 40, timeout=300)
+    battery = r["battery"]
+    for kind, checks in battery["tensor_kinds"].items():
+        for check, x in checks.items():
+            assert x["same"], f"{kind}/{check}: {x.get('diff')}"
+    for case, x in battery["other_data"].items():
+        assert x["same"], (case, x.get("diff"))
+    for key, x in battery["getter_errors"].items():
+        assert x["fast"] == x["ref"], (key, x)
+    for key, x in r["cycles"]["cases"].items():
+        assert x["first"][:2] == ["raise", "ValueError"], (key, x["first"])
+    for value, ops in r["deep_other_data"].items():
+        for op, out in ops.items():
+            assert out[0] == "ok" or out[1] in ("RecursionError", "ValueError"), (value, op, out)
+    for mode, x in r["shared"].items():
+        assert x["snap_same"] and x["classes"] is True, mode
+    assert r["hostile"]["examples"] >= 40
+
+
+def test_shared_sublists_of_a_reference_pickle_are_written_quickly_or_refused():
+    """A reference-format dict whose pickled other value shares sub-lists (x = [x, x], 40 times: 371 bytes, 2**40
+    lists once expanded): to_dict/to_json refuse it within seconds, saying why (it never finished); 10 times
+    is written in full and reads back equal."""
+    r = run_child("robust_cases", "shared_sublists", 40, timeout=60)
+    assert r["input_bytes"] < 400
+    for name in ("to_dict", "to_json"):
+        assert r[name][:2] == ["raise", "ValueError"], r[name]
+        assert "shared" in r[name][2] and "MiB" in r[name][2], r[name]
+        assert r[name + "_seconds"] < 5, r
+    small = run_child("robust_cases", "shared_sublists", 10, timeout=60)
+    assert small["to_dict"][0] == small["to_json"][0] == "ok" and small["round_trip"] is True, small
+
+
 # ============================================================================================== tensor kinds and data
 
 

@@ -274,7 +274,9 @@ def _value(value: Any, memo: dict[int, Any]) -> Any:
     """A loaded value with dtype stand-ins replaced by torch dtypes; other stand-ins are refused.
 
     Containers are converted in place (lists, dicts, sets) or rebuilt (tuples, frozensets), once each,
-    so shared and self-referencing containers keep their shape.
+    so shared and self-referencing containers keep their shape. Items are converted in list comprehensions,
+    never in generators consumed by C code: Python-to-Python calls take no C stack, so deep nesting ends in
+    RecursionError (reported as a ValueError), not in a C stack overflow on a small thread stack.
     """
     kind = type(value)
     if value is None or kind in (bool, int, float, str, bytes, complex, bytearray):
@@ -302,12 +304,12 @@ def _value(value: Any, memo: dict[int, Any]) -> Any:
         memo[key] = value
         items = list(value)
         value.clear()
-        value.update(_value(item, memo) for item in items)
+        value.update([_value(item, memo) for item in items])
         return value
     elif kind is tuple:
-        result = tuple(_value(item, memo) for item in value)
+        result = tuple([_value(item, memo) for item in value])
     elif kind is frozenset:
-        result = frozenset(_value(item, memo) for item in value)
+        result = frozenset([_value(item, memo) for item in value])
     else:
         name = {_Locator: "a Locator", _TensorSpec: "a TensorSpec", _Kind: "an ObjectType"}.get(kind, kind.__name__)
         raise _Bad(f"{name} where a plain value was expected")

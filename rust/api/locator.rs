@@ -14,6 +14,13 @@ use crate::paths::{
 
 #[pymethods]
 impl Locator {
+    /// The keys its path holds, when no one else holds the path (see `Arena::visit_if_owned`).
+    /// Immutable (`frozen`), so no `__clear__`: a cycle through a Locator is broken by clearing
+    /// the other objects in it.
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        crate::paths::Arena::visit_if_owned(&self.arena, 1, &visit)
+    }
+
     #[new]
     #[pyo3(signature = (access_path, is_output=false))]
     fn py_new(py: Python<'_>, access_path: &Bound<'_, PyAny>, is_output: bool) -> PyResult<Self> {

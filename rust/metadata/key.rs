@@ -194,7 +194,9 @@ pub fn value_hash(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResul
     if depth == 0 {
         return value_hash_inner(py, v, depth);
     }
-    // nested values recurse: count against Python's recursion limit, as the reference does
+    // nested values recurse: count against Python's recursion limit, as the reference does, and
+    // against the C stack left
+    crate::stack::check("hashing other data")?;
     // SAFETY: plain C-API call with the GIL held; paired with Py_LeaveRecursiveCall below
     if unsafe { pyo3::ffi::Py_EnterRecursiveCall(c" while hashing other data".as_ptr()) } != 0 {
         return Err(PyErr::fetch(py));

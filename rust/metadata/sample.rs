@@ -222,14 +222,19 @@ impl SampleMetadata {
         ))
     }
 
-    /// For the cycle collector: only the references this object owns alone (the path arena may be
-    /// shared with Locators).
+    /// For the cycle collector: the references this object holds, and the keys in its path arena
+    /// when no one else holds that (see `Arena::visit_if_owned`).
     pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         match &self.data {
             Data::Compact(c) => {
                 for (_, v) in &c.others {
                     visit.call(v)?;
                 }
+                let handed = self.handed.get().map(|h| &h.pairs);
+                let owners = 1
+                    + private_locators(handed, &c.arena)
+                    + private_locators(self.other_cache.get(), &c.arena);
+                crate::paths::Arena::visit_if_owned(&c.arena, owners, visit)?;
             }
             Data::Py { tensors, others } => {
                 visit.call(tensors)?;
@@ -264,5 +269,46 @@ impl SampleMetadata {
             (Data::Compact(_), Some(h)) => h.pairs.bind(py).clone().into_any(),
             (Data::Compact(c), None) => c.tensor_pairs(py)?.into_any(),
         })
+    }
+}
+
+/// How many of the `(Locator, x)` pairs in `pairs` hold a Locator that shares `arena` and that
+/// nothing but that pair references, where nothing but its holder references `pairs` and each
+/// pair: those Locators' references to the arena die with the holder. For the cycle collector:
+/// reads reference counts and types only, runs no Python code.
+fn private_locators(
+    pairs: Option<&Py<PyTuple>>,
+    arena: &std::sync::Arc<crate::paths::Arena>,
+) -> usize {
+    use pyo3::ffi;
+    let Some(pairs) = pairs else { return 0 };
+    // SAFETY: the collector runs with the GIL held; the objects read are kept alive by `pairs`,
+    // which its holder keeps alive; only exact tuples and exact Locators are looked into
+    unsafe {
+        let py = Python::assume_gil_acquired();
+        let t = pairs.as_ptr();
+        if ffi::Py_REFCNT(t) != 1 || ffi::PyTuple_CheckExact(t) == 0 {
+            return 0;
+        }
+        let locator_type = <Locator as pyo3::PyTypeInfo>::type_object_raw(py);
+        let mut n = 0;
+        for i in 0..ffi::PyTuple_GET_SIZE(t) {
+            let pair = ffi::PyTuple_GET_ITEM(t, i);
+            if ffi::Py_REFCNT(pair) != 1
+                || ffi::PyTuple_CheckExact(pair) == 0
+                || ffi::PyTuple_GET_SIZE(pair) != 2
+            {
+                continue;
+            }
+            let loc = ffi::PyTuple_GET_ITEM(pair, 0);
+            if ffi::Py_REFCNT(loc) != 1 || ffi::Py_TYPE(loc) != locator_type {
+                continue;
+            }
+            let loc = Bound::from_borrowed_ptr(py, loc);
+            if std::sync::Arc::ptr_eq(&loc.downcast_unchecked::<Locator>().get().arena, arena) {
+                n += 1;
+            }
+        }
+        n
     }
 }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::interp::interp;
 use pyo3::types::{PyString, PyTuple};
@@ -205,6 +206,37 @@ impl Arena {
 
     pub fn is_empty(&self) -> bool {
         self.len() <= 1
+    }
+
+    /// For the cycle collector: visit the keys the steps hold that are neither ints nor strs (the
+    /// objects a cycle can run through). Only for an arena `owners` holders own alone: see
+    /// [`Arena::visit_if_owned`].
+    fn traverse_objects(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for n in &self.nodes {
+            if let Accessor::Obj(o) = &n.acc {
+                visit.call(o)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// For the cycle collector, from a Python object that holds `arena`: visit the arena's
+    /// objects when the caller's `owners` references (its own and those of Python objects only it
+    /// references, such as the Locators of the pairs it handed out) are all the arena has.
+    ///
+    /// The arena holds one reference to each object, so exactly one visit may count it, and only
+    /// from a holder whose death frees the arena. An arena shared more widely (a Locator the user
+    /// kept, `find_leaves`' Locators, a thread's last walk) is not visited: cycles through it stay
+    /// uncollected while it is shared, never freed while still reachable.
+    pub fn visit_if_owned(
+        arena: &Arc<Arena>,
+        owners: usize,
+        visit: &PyVisit<'_>,
+    ) -> Result<(), PyTraverseError> {
+        if Arc::strong_count(arena) == owners {
+            arena.traverse_objects(visit)?;
+        }
+        Ok(())
     }
 
     /// Append a step below `parent`, given the accessor's Python hash.

@@ -46,132 +46,139 @@ pub(super) fn read_exact<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<B
         }
         Tok::Str => Ok(jstr_to_py(py, &p.string()?)?.into_any()),
         Tok::Arr => Ok(read_items(py, p)?.into_any()),
-        Tok::Obj => {
-            p.obj_begin()?;
-            let mut first = true;
-            let Some((kat, key)) = p.obj_next(&mut first)? else {
-                return Ok(PyDict::new(py).into_any());
-            };
-            let tag = match key.as_str() {
-                Some(k) if k.starts_with('$') => k.to_owned(),
-                _ => return read_plain_dict(py, p, kat, key, &mut first),
-            };
-            let vat = p.pos;
-            let value: Bound<'py, PyAny> = match tag.as_str() {
-                "$tuple" => PyTuple::new(py, read_items(py, p)?)?.into_any(),
-                "$set" | "$frozenset" => {
-                    let items = read_items(py, p)?;
-                    let n = items.len();
-                    let made = if tag == "$set" {
-                        PySet::new(py, &items).map(|s| (s.len(), s.into_any()))
-                    } else {
-                        PyFrozenSet::new(py, &items).map(|s| (s.len(), s.into_any()))
-                    };
-                    let (len, s) = made.map_err(|e| {
-                        p.err_at(
-                            vat,
-                            format!("{tag} elements must be hashable: {}", e.value(py)),
-                        )
-                    })?;
-                    if len != n {
-                        return Err(p.err_at(vat, format!("{tag} holds an element twice")));
-                    }
-                    s
-                }
-                "$dict" => {
-                    let d = PyDict::new(py);
-                    p.arr_begin()?;
-                    let mut f = true;
-                    let mut n = 0;
-                    while p.arr_next(&mut f)? {
-                        let pat = p.pos;
-                        p.arr_begin()?;
-                        let mut f2 = true;
-                        if !p.arr_next(&mut f2)? {
-                            return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
-                        }
-                        let k = read_exact(py, p)?;
-                        if !p.arr_next(&mut f2)? {
-                            return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
-                        }
-                        let v = read_exact(py, p)?;
-                        if p.arr_next(&mut f2)? {
-                            return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
-                        }
-                        d.set_item(&k, v).map_err(|e| {
-                            p.err_at(pat, format!("$dict keys must be hashable: {}", e.value(py)))
-                        })?;
-                        n += 1;
-                        if d.len() != n {
-                            return Err(p.err_at(pat, "$dict holds a key twice"));
-                        }
-                    }
-                    d.into_any()
-                }
-                "$bytes" => {
-                    let s = match p.peek()? {
-                        Tok::Str => p.string()?,
-                        t => {
-                            return Err(
-                                p.err(format!("$bytes holds a hex string, found {}", t.name()))
-                            )
-                        }
-                    };
-                    let hex = s.as_str().unwrap_or("?").as_bytes();
-                    if hex.len() % 2 != 0 {
-                        return Err(p.err_at(vat, "$bytes holds an even number of hex digits"));
-                    }
-                    let mut out = Vec::with_capacity(hex.len() / 2);
-                    for pair in hex.chunks(2) {
-                        let d = |c: u8| match c {
-                            b'0'..=b'9' => Some(c - b'0'),
-                            b'a'..=b'f' => Some(c - b'a' + 10),
-                            _ => None,
-                        };
-                        match (d(pair[0]), d(pair[1])) {
-                            (Some(h), Some(l)) => out.push(h * 16 + l),
-                            _ => {
-                                return Err(p.err_at(vat, "$bytes holds lower-case hex digits only"))
-                            }
-                        }
-                    }
-                    PyBytes::new(py, &out).into_any()
-                }
-                "$complex" => {
-                    p.arr_begin()?;
-                    let mut f = true;
-                    let mut parts = [0f64; 2];
-                    for part in parts.iter_mut() {
-                        if !p.arr_next(&mut f)? {
-                            return Err(p.err_at(vat, "$complex holds [real, imag]"));
-                        }
-                        *part = read_float(p, "$complex")?;
-                    }
-                    if p.arr_next(&mut f)? {
-                        return Err(p.err_at(vat, "$complex holds [real, imag]"));
-                    }
-                    PyComplex::from_doubles(py, parts[0], parts[1]).into_any()
-                }
-                "$dtype" => {
-                    let s = match p.peek()? {
-                        Tok::Str => p.string()?,
-                        t => {
-                            return Err(p.err(format!("$dtype holds a string, found {}", t.name())))
-                        }
-                    };
-                    match dtype_named(py, s.as_str().unwrap_or("?"))? {
-                        Ok(d) => d,
-                        Err(msg) => return Err(p.err_at(vat, msg)),
-                    }
-                }
-                _ => return Err(p.err_at(kat, format!("unknown tag {tag:?}"))),
-            };
-            if p.obj_next(&mut first)?.is_some() {
-                return Err(p.err_at(kat, format!("a {tag} object has no other keys")));
-            }
-            Ok(value)
-        }
+        Tok::Obj => read_object(py, p),
     }
+}
+
+/// An object: a plain dict or a one-key tagged object. Out of line, like every branch that does
+/// not recurse, so that the frames of the recursion (`read_exact`, `read_items`) stay small.
+#[inline(never)]
+fn read_object<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyAny>> {
+    p.obj_begin()?;
+    let mut first = true;
+    let Some((kat, key)) = p.obj_next(&mut first)? else {
+        return Ok(PyDict::new(py).into_any());
+    };
+    let tag = match key.as_str() {
+        Some(k) if k.starts_with('$') => k.to_owned(),
+        _ => return read_plain_dict(py, p, kat, key, &mut first),
+    };
+    let value = read_tagged(py, p, &tag, kat)?;
+    if p.obj_next(&mut first)?.is_some() {
+        return Err(p.err_at(kat, format!("a {tag} object has no other keys")));
+    }
+    Ok(value)
+}
+
+/// The value of the tagged object whose key `tag` (at `kat`) was just read.
+fn read_tagged<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    tag: &str,
+    kat: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let vat = p.pos;
+    Ok(match tag {
+        "$tuple" => PyTuple::new(py, read_items(py, p)?)?.into_any(),
+        "$set" | "$frozenset" => {
+            let items = read_items(py, p)?;
+            let n = items.len();
+            let made = if tag == "$set" {
+                PySet::new(py, &items).map(|s| (s.len(), s.into_any()))
+            } else {
+                PyFrozenSet::new(py, &items).map(|s| (s.len(), s.into_any()))
+            };
+            let (len, s) = made.map_err(|e| {
+                p.err_at(
+                    vat,
+                    format!("{tag} elements must be hashable: {}", e.value(py)),
+                )
+            })?;
+            if len != n {
+                return Err(p.err_at(vat, format!("{tag} holds an element twice")));
+            }
+            s
+        }
+        "$dict" => {
+            let d = PyDict::new(py);
+            p.arr_begin()?;
+            let mut f = true;
+            let mut n = 0;
+            while p.arr_next(&mut f)? {
+                let pat = p.pos;
+                p.arr_begin()?;
+                let mut f2 = true;
+                if !p.arr_next(&mut f2)? {
+                    return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
+                }
+                let k = read_exact(py, p)?;
+                if !p.arr_next(&mut f2)? {
+                    return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
+                }
+                let v = read_exact(py, p)?;
+                if p.arr_next(&mut f2)? {
+                    return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
+                }
+                d.set_item(&k, v).map_err(|e| {
+                    p.err_at(pat, format!("$dict keys must be hashable: {}", e.value(py)))
+                })?;
+                n += 1;
+                if d.len() != n {
+                    return Err(p.err_at(pat, "$dict holds a key twice"));
+                }
+            }
+            d.into_any()
+        }
+        "$bytes" => {
+            let s = match p.peek()? {
+                Tok::Str => p.string()?,
+                t => return Err(p.err(format!("$bytes holds a hex string, found {}", t.name()))),
+            };
+            let hex = s.as_str().unwrap_or("?").as_bytes();
+            if hex.len() % 2 != 0 {
+                return Err(p.err_at(vat, "$bytes holds an even number of hex digits"));
+            }
+            let mut out = Vec::with_capacity(hex.len() / 2);
+            for pair in hex.chunks(2) {
+                let d = |c: u8| match c {
+                    b'0'..=b'9' => Some(c - b'0'),
+                    b'a'..=b'f' => Some(c - b'a' + 10),
+                    _ => None,
+                };
+                match (d(pair[0]), d(pair[1])) {
+                    (Some(h), Some(l)) => out.push(h * 16 + l),
+                    _ => return Err(p.err_at(vat, "$bytes holds lower-case hex digits only")),
+                }
+            }
+            PyBytes::new(py, &out).into_any()
+        }
+        "$complex" => {
+            p.arr_begin()?;
+            let mut f = true;
+            let mut parts = [0f64; 2];
+            for part in parts.iter_mut() {
+                if !p.arr_next(&mut f)? {
+                    return Err(p.err_at(vat, "$complex holds [real, imag]"));
+                }
+                *part = read_float(p, "$complex")?;
+            }
+            if p.arr_next(&mut f)? {
+                return Err(p.err_at(vat, "$complex holds [real, imag]"));
+            }
+            PyComplex::from_doubles(py, parts[0], parts[1]).into_any()
+        }
+        "$dtype" => {
+            let s = match p.peek()? {
+                Tok::Str => p.string()?,
+                t => return Err(p.err(format!("$dtype holds a string, found {}", t.name()))),
+            };
+            match dtype_named(py, s.as_str().unwrap_or("?"))? {
+                Ok(d) => d,
+                Err(msg) => return Err(p.err_at(vat, msg)),
+            }
+        }
+        _ => return Err(p.err_at(kat, format!("unknown tag {tag:?}"))),
+    })
 }
 
 fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyList>> {

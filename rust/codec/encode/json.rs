@@ -230,7 +230,7 @@ impl<'py> Enc<'py> {
         err: PyErr,
         what: &str,
     ) -> PyErr {
-        self.active.clear();
+        self.abandon();
         let list = if tensors { "tensor_data" } else { "other_data" };
         let l = if tensors {
             v.tensor_loc(i)

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -22,13 +22,16 @@ pub use dict::to_dict;
 const EXACT_CLASS: &str = "\"class\":\"ExactSampleMetadata\",";
 pub use json::to_json;
 
-/// The same kind of exception as `e` (TypeError, ValueError, else `e` itself), its message prefixed.
+/// The same kind of exception as `e` (TypeError, ValueError, RecursionError, else `e` itself), its
+/// message prefixed.
 fn with_context(py: Python<'_>, e: PyErr, prefix: &str) -> PyErr {
     let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
     let new = if e.is_instance_of::<PyTypeError>(py) {
         PyTypeError::new_err(format!("{prefix}: {msg}"))
     } else if e.is_instance_of::<PyValueError>(py) {
         PyValueError::new_err(format!("{prefix}: {msg}"))
+    } else if e.is_instance_of::<PyRecursionError>(py) {
+        PyRecursionError::new_err(format!("{prefix}: {msg}"))
     } else {
         return e;
     };

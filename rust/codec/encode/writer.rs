@@ -1,6 +1,8 @@
 //! `Enc`, the writer both encodings share: `EXACT` and lossy values, locator steps, dtypes,
 //! numbers, and the hand-over of large documents to a `StrSink`.
 
+use std::collections::HashSet;
+
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -16,6 +18,11 @@ use crate::codec::text::MAX_NESTING;
 use crate::metadata::View;
 use crate::paths::{Accessor, Arena, DisplayCache, Text};
 use crate::tensor_spec::{dtype_obj, Dim, FOREIGN_DTYPE};
+
+/// Most bytes of text one document may spend on containers it already wrote (a list held twice is
+/// written twice): pickled values can share sub-lists so that a few hundred bytes expand to
+/// terabytes (`x = [x, x]`, 40 times).
+pub const MAX_REPEATED_TEXT: usize = 4 << 20;
 
 const SUPPORTED: &str = "None, bool, int, float, str, bytes, complex, list, tuple, dict, set, \
                          frozenset and torch.dtype";
@@ -47,8 +54,15 @@ pub(super) struct Enc<'py> {
     pub(super) path: Text,
     /// per dtype id: `Some(None)` for a `None` dtype, `Some(Some(name))` for a torch dtype
     dtypes: Vec<Option<Option<String>>>,
-    /// containers being written, to refuse cycles
-    pub(super) active: Vec<usize>,
+    /// containers being written, to refuse cycles, each with whether it was written before
+    active: Vec<(usize, bool)>,
+    /// the containers written so far (address, and 1 added for the lossy form)
+    written: HashSet<usize>,
+    /// how many of `active` were written before, `out`'s length when the outermost one began, and
+    /// the bytes that finished ones wrote (see [`MAX_REPEATED_TEXT`])
+    repeating: usize,
+    repeat_start: usize,
+    repeated: usize,
     pub(super) depth: usize,
     pub(super) prefix: Prefix,
     /// where `out` goes once it holds a chunk (`to_json`); `None` keeps everything in `out`
@@ -75,6 +89,10 @@ impl<'py> Enc<'py> {
             path: Text::new(),
             dtypes: Vec::new(),
             active: Vec::new(),
+            written: HashSet::new(),
+            repeating: 0,
+            repeat_start: 0,
+            repeated: 0,
             depth: 0,
             prefix: Prefix::default(),
             sink: None,
@@ -88,6 +106,17 @@ impl<'py> Enc<'py> {
                 "the value is nested too deeply (JSON nesting above {MAX_NESTING} levels)"
             )));
         }
+        // `exact` and `lossy` recurse once per level
+        crate::stack::check("writing a nested value")?;
+        if self.repeating > 0
+            && self.repeated + (self.out.len() - self.repeat_start) > MAX_REPEATED_TEXT
+        {
+            return Err(PyValueError::new_err(format!(
+                "its containers are shared so often that writing each copy would take more than \
+                 {} MiB (a list or tuple held in many places is written once per place)",
+                MAX_REPEATED_TEXT >> 20
+            )));
+        }
         self.out.push(c);
         Ok(())
     }
@@ -97,19 +126,40 @@ impl<'py> Enc<'py> {
         self.out.push(c);
     }
 
-    fn enter(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Begin writing the container `v` (in its lossy form if `lossy`): refuse a cycle, and count
+    /// what a container written before writes again.
+    fn enter(&mut self, v: &Bound<'_, PyAny>, lossy: bool) -> PyResult<()> {
         let p = v.as_ptr() as usize;
-        if self.active.contains(&p) {
+        if self.active.iter().any(|a| a.0 == p) {
             return Err(PyValueError::new_err(
                 "circular reference: a container holds itself",
             ));
         }
-        self.active.push(p);
+        // objects are aligned: the low bit tells the two forms apart
+        let again = !self.written.insert(p | lossy as usize);
+        if again {
+            if self.repeating == 0 {
+                self.repeat_start = self.out.len();
+            }
+            self.repeating += 1;
+        }
+        self.active.push((p, again));
         Ok(())
     }
 
+    /// Forget the containers being written (after an error).
+    pub(super) fn abandon(&mut self) {
+        self.active.clear();
+        self.repeating = 0;
+    }
+
     fn leave(&mut self) {
-        self.active.pop();
+        if let Some((_, true)) = self.active.pop() {
+            self.repeating -= 1;
+            if self.repeating == 0 {
+                self.repeated += self.out.len() - self.repeat_start;
+            }
+        }
     }
 
     pub(super) fn pystr(&mut self, s: &Bound<'_, PyString>) -> PyResult<()> {
@@ -178,8 +228,82 @@ impl<'py> Enc<'py> {
         Ok(())
     }
 
-    /// An `EXACT` value (see the module docs).
+    /// An `EXACT` value (see the module docs). The containers recurse; everything else is written
+    /// out of line, so that the recursion's frames stay small.
     pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        if v.is_exact_instance_of::<PyList>() {
+            self.array(v, false, Self::exact)
+        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
+            self.exact_dict(v, d)
+        } else if v.is_exact_instance_of::<PyTuple>() {
+            self.tagged_array("$tuple", v)
+        } else if v.is_exact_instance_of::<PySet>() {
+            self.tagged_array("$set", v)
+        } else if v.is_exact_instance_of::<PyFrozenSet>() {
+            self.tagged_array("$frozenset", v)
+        } else {
+            self.exact_leaf(v)
+        }
+    }
+
+    fn tagged_array(&mut self, tag: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.tagged_open(tag)?;
+        self.array(v, false, Self::exact)?;
+        self.close('}');
+        Ok(())
+    }
+
+    /// A dict: an object if every key is a str not starting with `$`, else a `$dict`.
+    #[inline(never)]
+    fn exact_dict(&mut self, v: &Bound<'_, PyAny>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        self.enter(v, false)?;
+        let items = d.items();
+        let mut plain = true;
+        for kv in items.iter() {
+            let k = kv.get_item(0)?;
+            plain = match k.downcast_exact::<PyString>() {
+                Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
+                Err(_) => false,
+            };
+            if !plain {
+                break;
+            }
+        }
+        if plain {
+            self.open('{')?;
+            for (i, kv) in items.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let k = kv.get_item(0)?;
+                self.pystr(k.downcast::<PyString>()?)?;
+                self.out.push(':');
+                self.exact(&kv.get_item(1)?)?;
+            }
+            self.close('}');
+        } else {
+            self.tagged_open("$dict")?;
+            self.open('[')?;
+            for (i, kv) in items.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.open('[')?;
+                self.exact(&kv.get_item(0)?)?;
+                self.out.push(',');
+                self.exact(&kv.get_item(1)?)?;
+                self.close(']');
+            }
+            self.close(']');
+            self.close('}');
+        }
+        self.leave();
+        Ok(())
+    }
+
+    /// A value that holds no other: a scalar, bytes, complex or dtype (else a TypeError).
+    #[inline(never)]
+    fn exact_leaf(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = self.py;
         if v.is_none() {
             self.out.push_str("null");
@@ -192,63 +316,6 @@ impl<'py> Enc<'py> {
             self.float(f.value());
         } else if let Ok(s) = v.downcast_exact::<PyString>() {
             self.pystr(s)?;
-        } else if v.is_exact_instance_of::<PyList>() {
-            self.array(v, Self::exact)?;
-        } else if v.is_exact_instance_of::<PyTuple>() {
-            self.tagged_open("$tuple")?;
-            self.array(v, Self::exact)?;
-            self.close('}');
-        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
-            self.enter(v)?;
-            let items = d.items();
-            let mut plain = true;
-            for kv in items.iter() {
-                let k = kv.get_item(0)?;
-                plain = match k.downcast_exact::<PyString>() {
-                    Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
-                    Err(_) => false,
-                };
-                if !plain {
-                    break;
-                }
-            }
-            if plain {
-                self.open('{')?;
-                for (i, kv) in items.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(',');
-                    }
-                    let k = kv.get_item(0)?;
-                    self.pystr(k.downcast::<PyString>()?)?;
-                    self.out.push(':');
-                    self.exact(&kv.get_item(1)?)?;
-                }
-                self.close('}');
-            } else {
-                self.tagged_open("$dict")?;
-                self.open('[')?;
-                for (i, kv) in items.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(',');
-                    }
-                    self.open('[')?;
-                    self.exact(&kv.get_item(0)?)?;
-                    self.out.push(',');
-                    self.exact(&kv.get_item(1)?)?;
-                    self.close(']');
-                }
-                self.close(']');
-                self.close('}');
-            }
-            self.leave();
-        } else if v.is_exact_instance_of::<PySet>() {
-            self.tagged_open("$set")?;
-            self.array(v, Self::exact)?;
-            self.close('}');
-        } else if v.is_exact_instance_of::<PyFrozenSet>() {
-            self.tagged_open("$frozenset")?;
-            self.array(v, Self::exact)?;
-            self.close('}');
         } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
             self.tagged_open("$bytes")?;
             self.out.push('"');
@@ -285,13 +352,14 @@ impl<'py> Enc<'py> {
     }
 
     /// The items of the list, tuple or set `v` as a JSON array, each written by `item`
-    /// (`exact` or `lossy`).
+    /// (`exact`, or `lossy` if `lossy`).
     fn array(
         &mut self,
         v: &Bound<'_, PyAny>,
+        lossy: bool,
         item: fn(&mut Self, &Bound<'_, PyAny>) -> PyResult<()>,
     ) -> PyResult<()> {
-        self.enter(v)?;
+        self.enter(v, lossy)?;
         self.open('[')?;
         for (i, x) in v.try_iter()?.enumerate() {
             if i > 0 {
@@ -318,10 +386,10 @@ impl<'py> Enc<'py> {
             || v.is_exact_instance_of::<PyTuple>()
             || v.is_exact_instance_of::<PySet>()
         {
-            return self.array(v, Self::lossy);
+            return self.array(v, true, Self::lossy);
         }
         if let Ok(d) = v.downcast_exact::<PyDict>() {
-            self.enter(v)?;
+            self.enter(v, true)?;
             self.open('{')?;
             for (i, kv) in d.items().iter().enumerate() {
                 if i > 0 {

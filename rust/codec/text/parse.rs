@@ -418,6 +418,8 @@ impl<'a> Parser<'a> {
         if self.depth > MAX_NESTING {
             return Err(self.err(format!("nested deeper than {MAX_NESTING} levels")));
         }
+        // readers of nested values recurse once per level
+        crate::stack::check("reading nested JSON")?;
         self.pos += 1;
         Ok(())
     }
