@@ -189,6 +189,8 @@ def test_partial_constructor_arguments_are_refused():
         ExactSampleMetadata(other_data=())
     with pytest.raises(TypeError, match="_bs_multipliers"):
         TensorSpec([2], [2], [2])
+    with pytest.raises(TypeError, match="access_path"):
+        Locator(is_output=True)
 
 
 _LOC_STATE = {"_access_path": (("x", aitune_fast.ObjectType.DICT),), "_is_output": False}

@@ -23,6 +23,11 @@ impl Locator {
         is_output: bool,
     ) -> PyResult<Self> {
         let Some(access_path) = access_path else {
+            if is_output {
+                return Err(PyTypeError::new_err(
+                    "Locator takes access_path (or nothing: a blank locator)",
+                ));
+            }
             return Ok(Locator::blank());
         };
         let mut arena = Arena::new();
