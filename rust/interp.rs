@@ -3,9 +3,10 @@
 //! Everything here is created lazily on first use, after `aitune_fast` has finished importing,
 //! so the Rust core can call back into the package's small Python helpers without import cycles.
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyDict, PyList, PyString, PyType};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
 pub struct Interp {
     pub tensor_type: Py<PyType>,
@@ -153,4 +154,41 @@ pub fn context_batch_size<'py>(py: Python<'py>) -> PyResult<Option<Bound<'py, Py
         }
     }
     Ok(None)
+}
+
+/// The values of `keys` in `state`, the dict of a stock AITune object's `__dict__` that its
+/// pickle holds (or `(None, dict)`, the form of slotted classes): exactly those keys.
+pub fn stock_state<'py, const N: usize>(
+    state: &Bound<'py, PyAny>,
+    class: &str,
+    keys: [&str; N],
+) -> PyResult<[Bound<'py, PyAny>; N]> {
+    let dict = match state.downcast::<PyTuple>() {
+        Ok(t) if t.len() == 2 && t.get_item(0)?.is_none() => t.get_item(1)?,
+        _ => state.clone(),
+    };
+    let dict = dict.downcast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{class}.__setstate__ takes the dict a stock AITune {class} pickles, got {}",
+            state
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    let mut out = Vec::with_capacity(N);
+    for key in keys {
+        out.push(
+            dict.get_item(key)?
+                .ok_or_else(|| PyValueError::new_err(format!("{class} state: missing {key:?}")))?,
+        );
+    }
+    if dict.len() != N {
+        return Err(PyValueError::new_err(format!(
+            "{class} state: unexpected keys (it holds exactly {keys:?})"
+        )));
+    }
+    out.try_into()
+        .map_err(|_| PyValueError::new_err(format!("{class} state: missing keys")))
 }

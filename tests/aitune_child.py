@@ -995,27 +995,93 @@ def toggles_under_calls(ait, torch, aitune_fast, n_threads=4, n_toggles=20) -> d
 
 
 def stock_pickles_under_patch(torch, aitune_fast) -> dict:
-    """pickle.dumps of AITune's metadata, spec and locator (stock), loaded under the patch."""
+    """pickle.dumps (default protocol) and torch.save of AITune's metadata, exact metadata, a spec that learned
+    a batch and a dynamic axis, a locator and a structure holding them (stock), loaded under the patch."""
+    import io
     import pickle
 
+    from aitune.torch.module.exact_sample_metadata import ExactSampleMetadata
     from aitune.torch.module.sample_metadata import SampleMetadata
 
-    md = SampleMetadata.from_inputs({"x": torch.ones(2, 3), "k": Mode.B}, strict=True)
-    loc, spec = md.tensor_data[0]
-    blobs = {name: pickle.dumps(obj) for name, obj in (("md", md), ("locator", loc), ("spec", spec))}
+    def inputs(n=2):
+        return {"x": torch.ones(n, 3), "kw": {"a": [torch.zeros(2 * n), 3], "b": (torch.ones(n), None)}, "k": Mode.B}
+
+    def build(md_cls, exact_cls):
+        md = md_cls.from_inputs(inputs(), strict=True)
+        learned = md_cls.from_inputs(inputs(), strict=True, batch_size=2)
+        learned.update_shapes_seen(md_cls.from_inputs(inputs(4), strict=True, batch_size=4))
+        loc, spec = learned.tensor_data[0]
+        exact = exact_cls.from_inputs(inputs())
+        return {
+            "md": md,
+            "exact": exact,
+            "learned": learned,
+            "locator": loc,
+            "spec": spec,
+            "nested": [{"key": md, "pairs": list(md.tensor_data)}, (exact, loc)],
+        }
+
+    def torch_saved(obj):
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    stock = build(SampleMetadata, ExactSampleMetadata)
+    blobs = {name: pickle.dumps(obj) for name, obj in stock.items()}
+    blobs["torch_save"] = torch_saved(stock)
     aitune_fast.patch_aitune()
     try:
-        fresh = aitune_fast.SampleMetadata.from_inputs({"x": torch.ones(2, 3), "k": Mode.B}, strict=True)
-        floc, fspec = fresh.tensor_data[0]
+        fresh = build(aitune_fast.SampleMetadata, aitune_fast.ExactSampleMetadata)
         out = {}
-        for name, expected in (("md", fresh), ("locator", floc), ("spec", fspec)):
-            got = checked(pickle.loads, blobs[name])
+        for name, blob in blobs.items():
+            if name == "torch_save":
+                got = checked(lambda b: torch.load(io.BytesIO(b), weights_only=False), blob)
+            else:
+                got = checked(pickle.loads, blob)
             if "ok" in got:
-                got = {"type": type(got["ok"]).__module__, "equal": got["ok"] == expected}
+                got = {"ok": same_objects(got["ok"], fresh if name == "torch_save" else fresh[name])}
             out[name] = got
         return out
     finally:
         aitune_fast.unpatch_aitune()
+
+
+def json_or_refusal(md) -> str:
+    """`md.to_json()`, or the message of its TypeError (an Enum other value is refused alike)."""
+    try:
+        return md.to_json()
+    except TypeError as exc:
+        return f"refused: {exc}"
+
+
+def same_objects(got, fresh):
+    """Where `got` (nested) differs from `fresh` in class, ==, hash, describe() or to_json(); [] when nowhere."""
+    if isinstance(fresh, (list, tuple)):
+        if type(got) is not type(fresh) or len(got) != len(fresh):
+            return [f"{got!r:.80} != {fresh!r:.80}"]
+        return [d for g, f in zip(got, fresh, strict=True) for d in same_objects(g, f)]
+    if isinstance(fresh, dict):
+        if type(got) is not dict or got.keys() != fresh.keys():
+            return [f"keys {list(got)!r:.80}"]
+        return [d for k in fresh for d in same_objects(got[k], fresh[k])]
+    kind = type(fresh)
+    if type(got) is not kind:
+        return [f"{type(got).__module__}.{type(got).__name__} is not {kind.__module__}.{kind.__name__}"]
+    checks = {"eq": got == fresh and fresh == got, "hash": hash(got) == hash(fresh)}
+    if hasattr(fresh, "describe"):
+        checks["describe"] = got.describe() == fresh.describe()
+    if hasattr(fresh, "to_json"):
+        checks["to_json"] = json_or_refusal(got) == json_or_refusal(fresh)
+    if hasattr(fresh, "display_path"):
+        checks["display_path"] = got.display_path == fresh.display_path
+    if hasattr(fresh, "min_shape"):
+        checks["fields"] = [got.shape, got.min_shape, got.max_shape, got.dtype] == [
+            fresh.shape,
+            fresh.min_shape,
+            fresh.max_shape,
+            fresh.dtype,
+        ]
+    return [f"{kind.__name__} {name}: {got!r:.80}" for name, ok in checks.items() if not ok]
 
 
 def edges_mode(workdir):

@@ -46,6 +46,9 @@ class Locator:
     """
 
     def __init__(self, access_path: Iterable[tuple[Accessor, ObjectType | int]], is_output: bool = False) -> None: ...
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Fill a blank object (made with no arguments, as unpickling a stock AITune pickle makes one) from
+        the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @property
     def depth(self) -> int:
         """Number of steps."""
@@ -104,6 +107,9 @@ class TensorSpec:
         dtype: torch.dtype | None,
         _bs_multipliers: list[float],
     ) -> None: ...
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Fill a blank object (made with no arguments, as unpickling a stock AITune pickle makes one) from
+        the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @staticmethod
     def from_tensor(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
         """The spec of `tensor`; multipliers are sizes divided by `batch_size` (NaN when unknown)."""
@@ -142,6 +148,9 @@ class SampleMetadata:
         strict: bool = False,
         llm_phase: Literal["prefill", "decode"] | None = None,
     ) -> None: ...
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Fill a blank object (made with no arguments, as unpickling a stock AITune pickle makes one) from
+        the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @staticmethod
     def from_inputs(inputs: dict[str, Any], strict: bool = False, batch_size: int | None = None) -> SampleMetadata:
         """Describe forward inputs keyed by parameter name; `batch_size` defaults to global_context's."""

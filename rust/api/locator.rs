@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple, PyType};
 
-use crate::interp::interp;
+use crate::interp::{interp, stock_state};
 use crate::paths::{
     hash_to_isize, path_eq, set_value, step_into, Accessor, Arena, Kind, Locator, ROOT,
 };
@@ -21,9 +21,22 @@ impl Locator {
         crate::paths::Arena::visit_if_owned(&self.arena, 1, &visit)
     }
 
+    /// `Locator(access_path, is_output=False)`; with no path, a blank locator (see `__setstate__`).
     #[new]
-    #[pyo3(signature = (access_path, is_output=false))]
-    fn py_new(py: Python<'_>, access_path: &Bound<'_, PyAny>, is_output: bool) -> PyResult<Self> {
+    #[pyo3(signature = (access_path=None, is_output=false))]
+    fn py_new(
+        py: Python<'_>,
+        access_path: Option<&Bound<'_, PyAny>>,
+        is_output: bool,
+    ) -> PyResult<Self> {
+        let Some(access_path) = access_path else {
+            if is_output {
+                return Err(PyTypeError::new_err(
+                    "Locator takes access_path (or nothing: a blank locator)",
+                ));
+            }
+            return Ok(Locator::blank());
+        };
         let mut arena = Arena::new();
         let mut cur = ROOT;
         for step in access_path.try_iter()? {
@@ -48,11 +61,27 @@ impl Locator {
                 .ok_or_else(|| PyValueError::new_err(format!("not an ObjectType: {}", pair[1])))?;
             cur = arena.push(py, cur, Accessor::from_py(&pair[0]), kind)?;
         }
-        Ok(Locator {
-            arena: Arc::new(arena),
-            node: cur,
-            is_output,
-        })
+        Ok(Locator::new_in(Arc::new(arena), cur, is_output))
+    }
+
+    /// Set a blank locator (as unpickling a stock AITune `Locator` makes one) from the state a
+    /// stock `Locator` pickles: `{"_access_path": steps, "_is_output": bool}`. Only once.
+    fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let [access_path, is_output] =
+            stock_state(state, "Locator", ["_access_path", "_is_output"])?;
+        let is_output = is_output.extract::<bool>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "Locator state: _is_output is a bool, got {is_output}"
+            ))
+        })?;
+        let filled = Self::py_new(py, Some(&access_path), is_output)?;
+        if !slf.get().fill(filled) {
+            return Err(PyTypeError::new_err(
+                "Locator.__setstate__: the locator is already set (only a blank one is set, once)",
+            ));
+        }
+        Ok(())
     }
 
     /// Number of steps in the path.

@@ -2,32 +2,74 @@
 //! `describe`, the data accessors, batching and `update_shapes_seen` (`metadata/`), and the codecs
 //! (`codec/`).
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
 use crate::codec::{decode, encode, json_dict};
-use crate::interp::{info_level_index, interp, transformers_integration};
+use crate::interp::{info_level_index, interp, stock_state, transformers_integration};
 use crate::metadata::build::{build, phase_of, resolve_batch_size, strict_flag, Built};
 use crate::metadata::{pair, ExactSampleMetadata, SampleMetadata, View};
 use crate::paths::{step_into, Locator};
 use crate::tensor_spec::{dim_list, Multiplier, TensorSpec};
+
+fn already_set() -> PyErr {
+    PyTypeError::new_err(
+        "SampleMetadata.__setstate__: the metadata is already set (only a blank one is set, once)",
+    )
+}
 
 /// `(axis, multiplier)` for each batch axis of a spec.
 type BatchAxes = Vec<(usize, Multiplier)>;
 
 #[pymethods]
 impl SampleMetadata {
+    /// `SampleMetadata(tensor_data, other_data, strict=False, llm_phase=None)`; with no data, a
+    /// blank metadata (see `__setstate__`).
     #[new]
-    #[pyo3(signature = (tensor_data, other_data, strict=None, llm_phase=None))]
+    #[pyo3(signature = (tensor_data=None, other_data=None, strict=None, llm_phase=None))]
     fn py_new(
         py: Python<'_>,
-        tensor_data: &Bound<'_, PyAny>,
-        other_data: &Bound<'_, PyAny>,
+        tensor_data: Option<&Bound<'_, PyAny>>,
+        other_data: Option<&Bound<'_, PyAny>>,
         strict: Option<&Bound<'_, PyAny>>,
         llm_phase: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        Self::from_py(py, tensor_data, other_data, strict, llm_phase)
+        Self::from_py_or_blank(py, tensor_data, other_data, strict, llm_phase)
+    }
+
+    /// Set a blank metadata (as unpickling a stock AITune `SampleMetadata` or
+    /// `ExactSampleMetadata` makes one) from the state the stock class pickles: its `__dict__`,
+    /// `{"_tensor_data", "_other_data", "_strict", "_llm_phase"}`, validated as the constructor
+    /// validates its arguments. Only once.
+    fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        if !slf.try_borrow()?.blank {
+            return Err(already_set());
+        }
+        let [tensors, others, strict, phase] = stock_state(
+            state,
+            "SampleMetadata",
+            ["_tensor_data", "_other_data", "_strict", "_llm_phase"],
+        )?;
+        if !strict.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "SampleMetadata state: _strict is a bool, got {strict}"
+            )));
+        }
+        if !phase.is_none() && !phase.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(format!(
+                "SampleMetadata state: _llm_phase is a str or None, got {phase}"
+            )));
+        }
+        let filled = Self::from_py(py, &tensors, &others, Some(&strict), Some(phase.unbind()))?;
+        let mut me = slf.try_borrow_mut()?;
+        if !me.blank {
+            return Err(already_set()); // set meanwhile (validation ran Python code)
+        }
+        *me = filled;
+        Ok(())
     }
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {

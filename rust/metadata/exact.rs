@@ -14,15 +14,15 @@ pub struct ExactSampleMetadata {}
 #[pymethods]
 impl ExactSampleMetadata {
     #[new]
-    #[pyo3(signature = (tensor_data, other_data, strict=None, llm_phase=None))]
+    #[pyo3(signature = (tensor_data=None, other_data=None, strict=None, llm_phase=None))]
     fn py_new(
         py: Python<'_>,
-        tensor_data: &Bound<'_, PyAny>,
-        other_data: &Bound<'_, PyAny>,
+        tensor_data: Option<&Bound<'_, PyAny>>,
+        other_data: Option<&Bound<'_, PyAny>>,
         strict: Option<&Bound<'_, PyAny>>,
         llm_phase: Option<Py<PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        Ok(PyClassInitializer::from(SampleMetadata::from_py(
+        Ok(PyClassInitializer::from(SampleMetadata::from_py_or_blank(
             py,
             tensor_data,
             other_data,

@@ -40,6 +40,9 @@ pub struct SampleMetadata {
     pub(super) other_cache: OnceLock<Py<PyTuple>>,
     /// compact metadata: the `(Locator, TensorSpec)` pairs `tensor_data` handed out
     pub(super) handed: OnceLock<Handed>,
+    /// made with no data (as unpickling a stock AITune metadata makes one), not yet set by
+    /// `__setstate__`: reads as an empty metadata
+    pub blank: bool,
 }
 
 impl SampleMetadata {
@@ -54,7 +57,16 @@ impl SampleMetadata {
             llm_phase,
             other_cache: OnceLock::new(),
             handed: OnceLock::new(),
+            blank: false,
         }
+    }
+
+    /// An empty metadata that `__setstate__` may set, once.
+    pub fn blank() -> SampleMetadata {
+        let mut m =
+            Self::from_compact(Compact::new(crate::paths::Arena::new(), false), false, None);
+        m.blank = true;
+        m
     }
 
     /// A metadata holding Python `(Locator, TensorSpec)` and `(Locator, value)` pairs (as
@@ -220,6 +232,23 @@ impl SampleMetadata {
             super::build::strict_flag(strict)?,
             llm_phase.filter(|p| !p.is_none(py)),
         ))
+    }
+
+    /// [`SampleMetadata::from_py`], or, given no data at all, [`SampleMetadata::blank`].
+    pub fn from_py_or_blank(
+        py: Python<'_>,
+        tensor_data: Option<&Bound<'_, PyAny>>,
+        other_data: Option<&Bound<'_, PyAny>>,
+        strict: Option<&Bound<'_, PyAny>>,
+        llm_phase: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        match (tensor_data, other_data) {
+            (Some(t), Some(o)) => Self::from_py(py, t, o, strict, llm_phase),
+            (None, None) if strict.is_none() && llm_phase.is_none() => Ok(Self::blank()),
+            _ => Err(pyo3::exceptions::PyTypeError::new_err(
+                "SampleMetadata takes tensor_data and other_data (or nothing: a blank metadata)",
+            )),
+        }
     }
 
     /// For the cycle collector: the references this object holds, and the keys in its path arena

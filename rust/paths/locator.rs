@@ -1,7 +1,8 @@
 //! [`Locator`], the Python face of one arena node, and reading and writing the value a path
 //! points to. Its Python methods are in `api/locator.rs` (with the staticmethods that walk).
 
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError};
 use pyo3::prelude::*;
@@ -16,17 +17,56 @@ use super::arena::Arena;
 /// locator points into outputs does not matter for equality, only for `display_path`).
 #[pyclass(module = "aitune_fast.locator", name = "Locator", frozen, subclass)]
 pub struct Locator {
+    /// Empty only in a blank locator (`Locator.__new__(Locator)`, as unpickling a stock AITune
+    /// `Locator` makes one), which reads as the empty path until `__setstate__` sets it, once.
+    data: OnceLock<LocatorData>,
+}
+
+/// What a [`Locator`] says: a node of a path arena; read through `Deref`.
+pub struct LocatorData {
     pub arena: Arc<Arena>,
     pub node: u32,
     pub is_output: bool,
 }
 
+/// What a blank locator reads as: the empty path.
+static BLANK: LazyLock<LocatorData> = LazyLock::new(|| LocatorData {
+    arena: Arc::new(Arena::new()),
+    node: super::arena::ROOT,
+    is_output: false,
+});
+
+impl Deref for Locator {
+    type Target = LocatorData;
+
+    fn deref(&self) -> &LocatorData {
+        self.data.get().unwrap_or(&BLANK)
+    }
+}
+
 impl Locator {
     pub fn new_in(arena: Arc<Arena>, node: u32, is_output: bool) -> Locator {
         Locator {
-            arena,
-            node,
-            is_output,
+            data: OnceLock::from(LocatorData {
+                arena,
+                node,
+                is_output,
+            }),
+        }
+    }
+
+    /// A locator to be set once by [`Locator::fill`].
+    pub fn blank() -> Locator {
+        Locator {
+            data: OnceLock::new(),
+        }
+    }
+
+    /// Set a blank locator to what `from` says; false (nothing changed) unless it was blank.
+    pub fn fill(&self, from: Locator) -> bool {
+        match from.data.into_inner() {
+            Some(d) => self.data.set(d).is_ok(),
+            None => false,
         }
     }
 

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use super::dtype::{dtype_id, dtype_obj, FOREIGN_DTYPE};
 use super::read::{read_tensor, DtypeMemo};
 use super::shape::{batch_multiplier, is_int, is_symbolic, Dim, Spec};
-use crate::interp::info_level_index;
+use crate::interp::{info_level_index, stock_state};
 
 /// A batch axis's multiplier as the reference's `int(_bs_multipliers[axis])` gives it: exact, of
 /// any size (`int(1e30)` is a 100-bit int), in an `i64` when it fits.
@@ -97,6 +97,9 @@ pub struct TensorSpec {
     pub dtype: Py<PyAny>,
     #[pyo3(get, name = "_bs_multipliers")]
     pub bs_multipliers: Py<PyAny>,
+    /// made with no fields (as unpickling a stock AITune spec makes one), not yet set by
+    /// `__setstate__`: an empty spec
+    pub blank: bool,
 }
 
 /// Counts assignments to the fields of any `TensorSpec`, process-wide: while it has not moved,
@@ -128,6 +131,7 @@ impl TensorSpec {
             max_shape: self.max_shape.clone_ref(py),
             dtype: self.dtype.clone_ref(py),
             bs_multipliers: self.bs_multipliers.clone_ref(py),
+            blank: false,
         }
     }
 
@@ -138,6 +142,7 @@ impl TensorSpec {
             max_shape: int_list(py, &s.max)?.into_any().unbind(),
             dtype: dtype_obj(py, s.dtype).unbind(),
             bs_multipliers: float_list(py, &s.mult)?.into_any().unbind(),
+            blank: false,
         })
     }
 
@@ -272,6 +277,25 @@ impl TensorSpec {
     }
 }
 
+/// The length of `value`, a list of items that pass `ok`, for `TensorSpec.__setstate__`.
+fn state_list(
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    ok: impl Fn(&Bound<'_, PyAny>) -> bool,
+) -> PyResult<usize> {
+    let list = value.downcast::<PyList>().map_err(|_| {
+        PyTypeError::new_err(format!("TensorSpec state: {name} is a list, got {value}"))
+    })?;
+    for item in list.iter() {
+        if !ok(&item) {
+            return Err(PyTypeError::new_err(format!(
+                "TensorSpec state: {name} holds {item}, of an unexpected type"
+            )));
+        }
+    }
+    Ok(list.len())
+}
+
 fn short_list() -> PyErr {
     PyIndexError::new_err("list index out of range")
 }
@@ -288,22 +312,102 @@ fn join_py(seq: &Bound<'_, PyAny>, out: &mut String) -> PyResult<()> {
 
 #[pymethods]
 impl TensorSpec {
+    /// `TensorSpec(shape, min_shape, max_shape, dtype, _bs_multipliers)`; with no fields, a blank
+    /// spec (see `__setstate__`).
     #[new]
-    #[pyo3(signature = (shape, min_shape, max_shape, dtype, _bs_multipliers))]
+    #[pyo3(signature = (shape=None, min_shape=None, max_shape=None, dtype=None, _bs_multipliers=None))]
     fn py_new(
-        shape: Py<PyAny>,
-        min_shape: Py<PyAny>,
-        max_shape: Py<PyAny>,
-        dtype: Py<PyAny>,
-        _bs_multipliers: Py<PyAny>,
-    ) -> Self {
-        TensorSpec {
+        py: Python<'_>,
+        shape: Option<Py<PyAny>>,
+        min_shape: Option<Py<PyAny>>,
+        max_shape: Option<Py<PyAny>>,
+        dtype: Option<Py<PyAny>>,
+        _bs_multipliers: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        match (shape, min_shape, max_shape, _bs_multipliers) {
+            (Some(shape), Some(min_shape), Some(max_shape), Some(bs_multipliers)) => {
+                Ok(TensorSpec {
+                    shape,
+                    min_shape,
+                    max_shape,
+                    dtype: dtype.unwrap_or_else(|| py.None()),
+                    bs_multipliers,
+                    blank: false,
+                })
+            }
+            (None, None, None, None) if dtype.is_none() => {
+                let empty = || PyList::empty(py).into_any().unbind();
+                Ok(TensorSpec {
+                    shape: empty(),
+                    min_shape: empty(),
+                    max_shape: empty(),
+                    dtype: py.None(),
+                    bs_multipliers: empty(),
+                    blank: true,
+                })
+            }
+            _ => Err(PyTypeError::new_err(
+                "TensorSpec takes shape, min_shape, max_shape, dtype and _bs_multipliers \
+                 (or nothing: a blank spec)",
+            )),
+        }
+    }
+
+    /// Set a blank spec (as unpickling a stock AITune `TensorSpec` makes one) from the state the
+    /// stock class pickles: `(None, {"shape", "min_shape", "max_shape", "dtype",
+    /// "_bs_multipliers"})`, lists of one length with ints (and `str` sizes in `shape`), float
+    /// multipliers and a torch dtype or `None`. Only once.
+    fn __setstate__(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !self.blank {
+            return Err(PyTypeError::new_err(
+                "TensorSpec.__setstate__: the spec is already set (only a blank one is set, once)",
+            ));
+        }
+        let fields = stock_state(
+            state,
+            "TensorSpec",
+            [
+                "shape",
+                "min_shape",
+                "max_shape",
+                "dtype",
+                "_bs_multipliers",
+            ],
+        )?;
+        let [shape, min_shape, max_shape, dtype, mult] = &fields;
+        let rank = state_list(shape, "shape", |v| {
+            v.is_instance_of::<PyInt>() || v.is_instance_of::<PyString>()
+        })?;
+        for (list, name) in [(min_shape, "min_shape"), (max_shape, "max_shape")] {
+            if state_list(list, name, |v| v.is_instance_of::<PyInt>())? != rank {
+                return Err(PyValueError::new_err(format!(
+                    "TensorSpec state: {name} is as long as shape ({rank})"
+                )));
+            }
+        }
+        let floats =
+            |v: &Bound<'_, PyAny>| v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>();
+        if state_list(mult, "_bs_multipliers", floats)? != rank {
+            return Err(PyValueError::new_err(format!(
+                "TensorSpec state: _bs_multipliers is as long as shape ({rank})"
+            )));
+        }
+        if !dtype.is_none() && dtype_id(dtype)? == FOREIGN_DTYPE {
+            return Err(PyTypeError::new_err(format!(
+                "TensorSpec state: dtype is a torch.dtype or None, got {dtype}"
+            )));
+        }
+        field_set();
+        let [shape, min_shape, max_shape, dtype, mult] = fields.map(Bound::unbind);
+        *self = TensorSpec {
             shape,
             min_shape,
             max_shape,
             dtype,
-            bs_multipliers: _bs_multipliers,
-        }
+            bs_multipliers: mult,
+            blank: false,
+        };
+        Ok(())
     }
 
     /// The spec of `tensor`, with multipliers relative to `batch_size` (NaN when unknown).
@@ -471,6 +575,7 @@ impl TensorSpec {
             max_shape: get("max_shape")?,
             dtype: get("dtype")?,
             bs_multipliers: get("_bs_multipliers")?,
+            blank: false,
         })
     }
 
