@@ -38,6 +38,7 @@ _WRAPPER_MODULE = "aitune.torch.module.wrapper_module"
 _TUNED_MODULE = "aitune.torch.module.tuned_module"
 _BACKEND = "aitune.torch.backend.backend"
 _EAGER = "aitune.torch.backend.torch_eager"
+_JIT_MODULE = "aitune.torch.jit.patched_module"
 _MAX_SHAPES = 64  # call shapes kept per forward signature
 _MAX_SIGNATURES = 1024  # forward signatures with kept shapes
 _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
@@ -67,6 +68,7 @@ class _Refs:
     eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
     backend_config: Any = None  # BackendConfig
     grad_enabled: Any = None  # torch.is_grad_enabled
+    jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
     set_grad_enabled: Any = None  # torch._C._set_grad_enabled: what torch.no_grad() calls on entry and exit
 
 
@@ -81,7 +83,7 @@ def enable(on: bool) -> None:
             return
         if on:
             _enabled = True
-            for name in (_BACKEND, _EAGER, _TUNED_MODULE, _WRAPPER_MODULE):
+            for name in (_BACKEND, _EAGER, _TUNED_MODULE, _WRAPPER_MODULE, _JIT_MODULE):
                 module = sys.modules.get(name)
                 if module is not None:
                     on_loaded(module)
@@ -104,6 +106,8 @@ def on_loaded(module: Any) -> None:
             _install_tuned_call(module)
         elif name == _WRAPPER_MODULE:
             _install_forward(module)
+        elif name == _JIT_MODULE:
+            _install_jit_swap(module)
 
 
 def _put(key: str, owner: Any, attribute: str, value: Any) -> None:
@@ -192,6 +196,48 @@ def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) 
         state["forward"] = self._self_proxy_forward
         state["_forward_hooks"] = state["_current_forward_hooks"]
     return result
+
+
+def _install_jit_swap(jit_module: Any) -> None:
+    """The hook swap of JIT-patched modules (``PatchedModule``): its two methods, on the class, so every live
+    instance (which calls them through ``self``) takes them."""
+    patched_cls = getattr(jit_module, "PatchedModule", None)
+    if not isinstance(patched_cls, type) or "PatchedModule._proxy_forward" in _replaced:
+        return
+    if not {"_proxy_forward", "_restore_original_forward"} <= patched_cls.__dict__.keys():
+        return
+    _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
+    _refs.jit_decorator = jit_module.wrapt.decorator
+    _put("PatchedModule._restore_original_forward", patched_cls, "_restore_original_forward", _jit_restore)
+    _put("PatchedModule._proxy_forward", patched_cls, "_proxy_forward", _jit_proxy)
+
+
+def _jit_restore(self: Any) -> None:
+    """``PatchedModule._restore_original_forward``: the module's own ``forward`` and no hooks, the hook dicts kept
+    (as copies, as stock keeps them) to put back; written into the wrapped module's ``__dict__`` where its class
+    keeps ``nn.Module.__setattr__`` (which stores these plain values there)."""
+    inner = self.__wrapped__
+    if type(inner).__setattr__ is not _refs.nn_setattr:
+        return _replaced["PatchedModule._restore_original_forward"][2](self)
+    state = inner.__dict__
+    self._current_forward_pre_hooks = OrderedDict(state["_forward_pre_hooks"])
+    self._current_forward_hooks = OrderedDict(state["_forward_hooks"])
+    state["_forward_pre_hooks"] = OrderedDict()
+    state["forward"] = self._original_forward
+    state["_forward_hooks"] = OrderedDict()
+    return None
+
+
+def _jit_proxy(self: Any) -> None:
+    """``PatchedModule._proxy_forward``: the hooks back and a new routing wrapper at ``forward`` (as stock makes)."""
+    inner = self.__wrapped__
+    if type(inner).__setattr__ is not _refs.nn_setattr:
+        return _replaced["PatchedModule._proxy_forward"][2](self)
+    state = inner.__dict__
+    state["_forward_pre_hooks"] = self._current_forward_pre_hooks
+    state["forward"] = _refs.jit_decorator(self._forward_router)(self._original_forward)
+    state["_forward_hooks"] = self._current_forward_hooks
+    return None
 
 
 def _forward_stock_swap(self: Any, args: tuple, kwargs: dict) -> Any:
