@@ -172,14 +172,9 @@ impl Layout {
         dict: &Bound<'_, PyDict>,
         python: u64,
     ) -> bool {
-        if self.seen == python {
-            return true;
-        }
-        let ok = self.seen != Self::FAILED
-            && self.same_class(obj)
-            && Self::instance_dict(obj).is_some_and(|d| d.is(dict));
-        self.seen = if ok { python } else { Self::FAILED };
-        ok
+        self.recheck(python, |this| {
+            this.same_class(obj) && Self::instance_dict(obj).is_some_and(|d| d.is(dict))
+        })
     }
 
     /// Whether `obj[key]` is still `data[key]`: same class, and `data` is still the instance
@@ -191,15 +186,23 @@ impl Layout {
         data: &Bound<'_, PyDict>,
         python: u64,
     ) -> bool {
+        self.recheck(python, |this| {
+            this.same_class(obj)
+                && Self::instance_dict(obj)
+                    .and_then(|d| d.downcast_into_exact::<PyDict>().ok())
+                    .and_then(|d| d.get_item(pyo3::intern!(d.py(), "data")).ok().flatten())
+                    .is_some_and(|v| v.is(data))
+        })
+    }
+
+    /// `still` asked again only when Python code ran since the last check (`python` moved), and
+    /// never again once it failed.
+    #[inline]
+    fn recheck(&mut self, python: u64, still: impl FnOnce(&Self) -> bool) -> bool {
         if self.seen == python {
             return true;
         }
-        let ok = self.seen != Self::FAILED
-            && self.same_class(obj)
-            && Self::instance_dict(obj)
-                .and_then(|d| d.downcast_into_exact::<PyDict>().ok())
-                .and_then(|d| d.get_item(pyo3::intern!(d.py(), "data")).ok().flatten())
-                .is_some_and(|v| v.is(data));
+        let ok = self.seen != Self::FAILED && still(self);
         self.seen = if ok { python } else { Self::FAILED };
         ok
     }
