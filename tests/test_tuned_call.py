@@ -30,7 +30,6 @@ def runs(tmp_path_factory) -> dict[str, dict]:
     workdir = tmp_path_factory.mktemp("tuned_call")
     environ = dict(os.environ)
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
-    environ["AITUNE_CACHE_DIR"] = str(workdir / "cache")
     environ.pop("AUTOWRAPT_BOOTSTRAP", None)
     environ.pop("NVTX_DISABLE", None)
     procs = {
@@ -39,7 +38,10 @@ def runs(tmp_path_factory) -> dict[str, dict]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=environ,
+            # One cache per child: ait.tune() empties its cache folder, which would pull
+            # the files out from under a sibling still tuning (seen in CI: a stock
+            # child's tune failed, so ait.load returned the bare module).
+            env={**environ, "AITUNE_CACHE_DIR": str(workdir / f"cache-{mode}")},
             cwd=str(workdir),
         )
         for mode in MODES
