@@ -41,6 +41,19 @@ def key_in_path_after_tensor_data():
     return k
 
 
+def key_in_path_with_its_locators():
+    k = Key()
+    md = SampleMetadata.from_inputs({"d": {k: torch.zeros(2)}, "o": {k: 1}}, strict=True)
+    k.back = (md, md.tensor_data[0][0], md.other_data[0][0])  # the metadata and two locators share one arena
+    return k
+
+
+def key_in_found_leaves():
+    k = Key()
+    k.back = Locator.find_leaves({"d": {k: torch.zeros(2), "e": torch.ones(1)}})  # two locators, one arena
+    return k
+
+
 def key_in_outputs_path():
     k = Key()
     k.back = SampleMetadata.from_outputs({k: torch.zeros(2)})
@@ -87,6 +100,8 @@ CASES = [
     key_in_path,
     key_in_exact_path,
     key_in_path_after_tensor_data,
+    key_in_path_with_its_locators,
+    key_in_found_leaves,
     key_in_outputs_path,
     key_in_a_locator,
     key_in_json_decoded_path,
@@ -106,7 +121,7 @@ def test_a_cycle_through_a_held_object_is_freed_by_the_collector(make):
 
 
 def test_a_locator_kept_by_the_user_keeps_the_keys_of_its_path_alive():
-    """A shared path is not visited: the key stays alive, and reachable, as long as a Locator holds it."""
+    """A Locator the user keeps holds the keys of its path: they stay alive (and reachable) until it goes."""
     k = Key()
     md = SampleMetadata.from_inputs({"d": {k: torch.zeros(2)}})
     loc = md.tensor_data[0][0]

@@ -1,24 +1,21 @@
 //! `Locator`'s Python methods: its own (`paths/`) and the staticmethods that walk a structure or
 //! change the type registry (`walk/`).
 
-use std::sync::Arc;
-
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple, PyType};
 
 use crate::interp::{interp, stock_state};
 use crate::paths::{
-    hash_to_isize, path_eq, set_value, step_into, Accessor, Arena, Kind, Locator, ROOT,
+    hash_to_isize, path_eq, set_value, step_into, Accessor, Arena, Kind, Locator, SharedArena, ROOT,
 };
 
 #[pymethods]
 impl Locator {
-    /// The keys its path holds, when no one else holds the path (see `Arena::visit_if_owned`).
-    /// Immutable (`frozen`), so no `__clear__`: a cycle through a Locator is broken by clearing
-    /// the other objects in it.
+    /// Its path's arena (which visits the keys the path holds). Immutable (`frozen`), so no
+    /// `__clear__`: a cycle through a Locator is broken by clearing the other objects in it.
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        crate::paths::Arena::visit_if_owned(&self.arena, 1, &visit)
+        self.traverse(&visit)
     }
 
     /// `Locator(access_path, is_output=False)`; with no path, a blank locator (see `__setstate__`).
@@ -61,7 +58,11 @@ impl Locator {
                 .ok_or_else(|| PyValueError::new_err(format!("not an ObjectType: {}", pair[1])))?;
             cur = arena.push(py, cur, Accessor::from_py(&pair[0]), kind)?;
         }
-        Ok(Locator::new_in(Arc::new(arena), cur, is_output))
+        Ok(Locator::new_in(
+            SharedArena::new(py, arena)?,
+            cur,
+            is_output,
+        ))
     }
 
     /// Set a blank locator (as unpickling a stock AITune `Locator` makes one) from the state a

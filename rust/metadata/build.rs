@@ -1,9 +1,6 @@
 //! Building a metadata from a walk: the `Builder` visitor reads each tensor into compact form,
 //! the batch size, and the LLM phase from `cache_position`.
 
-use std::sync::Arc;
-use std::sync::OnceLock;
-
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -11,7 +8,7 @@ use pyo3::types::PyTuple;
 use super::compact::Compact;
 use super::sample::Data;
 use crate::interp::{context_batch_size, interp};
-use crate::paths::{Accessor, Arena, Kind, ROOT};
+use crate::paths::{Accessor, Arena, Kind, SharedArena, ROOT};
 use crate::tensor_spec::{read_tensor, DtypeMemo, FOREIGN_DTYPE};
 use crate::walk::registry::TypeInfo;
 use crate::walk::traversal::{walk, Visitor};
@@ -92,18 +89,12 @@ thread_local! {
     static SIZE_HINT: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([16, 4, 8]) };
     /// The paths of this thread's previous walk of inputs and of outputs: the next walk of the
     /// same kind repeats them while it can (see `Arena::replaying`) and then shares them.
-    static LAST_PATHS: std::cell::RefCell<[Option<Arc<Arena>>; 2]> =
+    static LAST_PATHS: std::cell::RefCell<[Option<SharedArena>; 2]> =
         const { std::cell::RefCell::new([None, None]) };
 }
 
 /// The most nodes a kept path arena may have (larger ones are not kept for the next walk).
 const KEEP_PATHS: usize = 1 << 16;
-
-/// Stands in for a compact metadata's arena while the walk builds the real one.
-fn placeholder_arena() -> Arc<Arena> {
-    static EMPTY: OnceLock<Arc<Arena>> = OnceLock::new();
-    EMPTY.get_or_init(|| Arc::new(Arena::empty())).clone()
-}
 
 /// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
 pub struct Built {
@@ -124,11 +115,16 @@ pub fn build(
     // call again and again), up to a bound so one huge structure does not inflate small ones
     let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
     let template = LAST_PATHS
-        .try_with(|l| l.borrow()[is_output as usize].clone())
+        .try_with(|l| {
+            l.borrow()[is_output as usize]
+                .as_ref()
+                .map(|t| t.clone_ref(py))
+        })
         .ok()
         .flatten();
     let mut arena = Arena::replaying(template, n_nodes);
-    let c = Compact::with_capacity(placeholder_arena(), is_output, n_items, n_dims);
+    // the placeholder stands in for the arena while the walk builds it
+    let c = Compact::with_capacity(SharedArena::empty(py), is_output, n_items, n_dims);
     let mut b = Builder {
         c,
         strict,
@@ -153,16 +149,19 @@ pub fn build(
             b.c.dims.len().min(BOUND),
         ])
     });
-    let shared = arena.finish(py);
+    let shared = arena.finish(py)?;
     let replaced = LAST_PATHS.try_with(|l| {
         let mut l = l.borrow_mut();
         let slot = &mut l[is_output as usize];
-        if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &shared)) {
+        if slot
+            .as_ref()
+            .is_some_and(|t| SharedArena::ptr_eq(t, &shared))
+        {
             return None;
         }
         // only exact str and int keys are held on to: any other key object is the user's to free
         let keep = shared.len() <= KEEP_PATHS && shared.keys_are_plain();
-        std::mem::replace(slot, keep.then(|| shared.clone()))
+        std::mem::replace(slot, keep.then(|| shared.clone_ref(py)))
     });
     // released once the slot is no longer borrowed
     drop(replaced);

@@ -2,14 +2,13 @@
 //! sizes in a shared pool, the specs `update_shapes_seen` changed, and the non-tensor leaves.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::sync::OnceLock;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::paths::{Arena, Locator};
+use crate::paths::{Arena, Locator, SharedArena};
 use crate::tensor_spec::{Spec, TensorSpec};
 
 /// One tensor of a compact metadata.
@@ -22,7 +21,7 @@ pub struct Item {
 }
 
 pub struct Compact {
-    pub arena: Arc<Arena>,
+    pub arena: SharedArena,
     pub items: Vec<Item>,
     pub dims: Vec<i64>,
     pub batch_size: f64,
@@ -67,7 +66,7 @@ impl Compact {
     /// An empty compact metadata with room for `n_items` tensors of `n_dims` sizes in all, in the
     /// buffers this thread's last dropped one left (if any) rather than fresh allocations.
     pub fn with_capacity(
-        arena: Arc<Arena>,
+        arena: SharedArena,
         is_output: bool,
         n_items: usize,
         n_dims: usize,
@@ -81,11 +80,11 @@ impl Compact {
         c
     }
 
-    pub fn new(arena: Arena, is_output: bool) -> Compact {
-        Self::new_in(Arc::new(arena), is_output)
+    pub fn new(py: Python<'_>, arena: Arena, is_output: bool) -> PyResult<Compact> {
+        Ok(Self::new_in(SharedArena::new(py, arena)?, is_output))
     }
 
-    pub fn new_in(arena: Arc<Arena>, is_output: bool) -> Compact {
+    pub fn new_in(arena: SharedArena, is_output: bool) -> Compact {
         Compact {
             arena,
             items: Vec::new(),
@@ -159,7 +158,7 @@ impl Compact {
         for i in 0..self.items.len() {
             let loc = Bound::new(
                 py,
-                Locator::new_in(self.arena.clone(), self.items[i].node, self.is_output),
+                Locator::new_in(self.arena.clone_ref(py), self.items[i].node, self.is_output),
             )?;
             let spec = Bound::new(py, TensorSpec::from_spec(py, &self.spec(i))?)?;
             specs.push(spec.clone().unbind());

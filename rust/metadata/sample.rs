@@ -62,11 +62,11 @@ impl SampleMetadata {
     }
 
     /// An empty metadata that `__setstate__` may set, once.
-    pub fn blank() -> SampleMetadata {
-        let mut m =
-            Self::from_compact(Compact::new(crate::paths::Arena::new(), false), false, None);
+    pub fn blank(py: Python<'_>) -> PyResult<SampleMetadata> {
+        let arena = crate::paths::Arena::new();
+        let mut m = Self::from_compact(Compact::new(py, arena, false)?, false, None);
         m.blank = true;
-        m
+        Ok(m)
     }
 
     /// A metadata holding Python `(Locator, TensorSpec)` and `(Locator, value)` pairs (as
@@ -135,8 +135,10 @@ impl SampleMetadata {
                     .others
                     .iter()
                     .map(|(node, v)| {
-                        let loc =
-                            Bound::new(py, Locator::new_in(c.arena.clone(), *node, c.is_output))?;
+                        let loc = Bound::new(
+                            py,
+                            Locator::new_in(c.arena.clone_ref(py), *node, c.is_output),
+                        )?;
                         PyTuple::new(py, [loc.into_any(), v.bind(py).clone()])
                     })
                     .collect::<PyResult<Vec<_>>>()?;
@@ -244,26 +246,21 @@ impl SampleMetadata {
     ) -> PyResult<Self> {
         match (tensor_data, other_data) {
             (Some(t), Some(o)) => Self::from_py(py, t, o, strict, llm_phase),
-            (None, None) if strict.is_none() && llm_phase.is_none() => Ok(Self::blank()),
+            (None, None) if strict.is_none() && llm_phase.is_none() => Self::blank(py),
             _ => Err(pyo3::exceptions::PyTypeError::new_err(
                 "SampleMetadata takes tensor_data and other_data (or nothing: a blank metadata)",
             )),
         }
     }
 
-    /// For the cycle collector: the references this object holds, and the keys in its path arena
-    /// when no one else holds that (see `Arena::visit_if_owned`).
+    /// For the cycle collector: the references this object holds (its path arena among them).
     pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         match &self.data {
             Data::Compact(c) => {
                 for (_, v) in &c.others {
                     visit.call(v)?;
                 }
-                let handed = self.handed.get().map(|h| &h.pairs);
-                let owners = 1
-                    + private_locators(handed, &c.arena)
-                    + private_locators(self.other_cache.get(), &c.arena);
-                crate::paths::Arena::visit_if_owned(&c.arena, owners, visit)?;
+                c.arena.visit(visit)?;
             }
             Data::Py { tensors, others } => {
                 visit.call(tensors)?;
@@ -284,7 +281,8 @@ impl SampleMetadata {
 
     /// For the cycle collector: drop every reference.
     pub fn clear(&mut self) {
-        self.data = Data::Compact(Compact::new(crate::paths::Arena::new(), false));
+        let empty = Python::with_gil(crate::paths::SharedArena::empty); // the collector holds the GIL
+        self.data = Data::Compact(Compact::new_in(empty, false));
         self.llm_phase = None;
         self.other_cache = OnceLock::new();
         self.handed = OnceLock::new();
@@ -298,46 +296,5 @@ impl SampleMetadata {
             (Data::Compact(_), Some(h)) => h.pairs.bind(py).clone().into_any(),
             (Data::Compact(c), None) => c.tensor_pairs(py)?.into_any(),
         })
-    }
-}
-
-/// How many of the `(Locator, x)` pairs in `pairs` hold a Locator that shares `arena` and that
-/// nothing but that pair references, where nothing but its holder references `pairs` and each
-/// pair: those Locators' references to the arena die with the holder. For the cycle collector:
-/// reads reference counts and types only, runs no Python code.
-fn private_locators(
-    pairs: Option<&Py<PyTuple>>,
-    arena: &std::sync::Arc<crate::paths::Arena>,
-) -> usize {
-    use pyo3::ffi;
-    let Some(pairs) = pairs else { return 0 };
-    // SAFETY: the collector runs with the GIL held; the objects read are kept alive by `pairs`,
-    // which its holder keeps alive; only exact tuples and exact Locators are looked into
-    unsafe {
-        let py = Python::assume_gil_acquired();
-        let t = pairs.as_ptr();
-        if ffi::Py_REFCNT(t) != 1 || ffi::PyTuple_CheckExact(t) == 0 {
-            return 0;
-        }
-        let locator_type = <Locator as pyo3::PyTypeInfo>::type_object_raw(py);
-        let mut n = 0;
-        for i in 0..ffi::PyTuple_GET_SIZE(t) {
-            let pair = ffi::PyTuple_GET_ITEM(t, i);
-            if ffi::Py_REFCNT(pair) != 1
-                || ffi::PyTuple_CheckExact(pair) == 0
-                || ffi::PyTuple_GET_SIZE(pair) != 2
-            {
-                continue;
-            }
-            let loc = ffi::PyTuple_GET_ITEM(pair, 0);
-            if ffi::Py_REFCNT(loc) != 1 || ffi::Py_TYPE(loc) != locator_type {
-                continue;
-            }
-            let loc = Bound::from_borrowed_ptr(py, loc);
-            if std::sync::Arc::ptr_eq(&loc.downcast_unchecked::<Locator>().get().arena, arena) {
-                n += 1;
-            }
-        }
-        n
     }
 }

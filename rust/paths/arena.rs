@@ -1,7 +1,7 @@
 //! The path arena: a prefix tree of `(parent, accessor, kind)` steps, each node carrying the hash
 //! of its whole path, and the display, semantic and access forms of a path.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Mutex;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -11,6 +11,7 @@ use crate::interp::interp;
 use pyo3::types::{PyString, PyTuple};
 
 use super::accessor::{mix, Accessor, Kind};
+use super::shared::SharedArena;
 use super::text::Text;
 
 pub const ROOT: u32 = 0;
@@ -40,11 +41,11 @@ pub struct Arena {
     pub may_repeat: bool,
     /// While a walk repeats an earlier walk's steps: that walk's arena and how many of its nodes
     /// this one has matched so far (`nodes` then holds only the root). See [`Arena::replaying`].
-    replay: Option<(Arc<Arena>, usize)>,
-    /// The last arena this one was compared with node for node ([`Arena::twins`]), and whether
-    /// they agreed. Held weakly: it keeps no arena alive, and while it is held no other arena can
-    /// take that address.
-    twin: Mutex<Option<(Weak<Arena>, bool)>>,
+    replay: Option<(SharedArena, usize)>,
+    /// The last arena this one was compared with node for node ([`Arena::twins`]), by its serial
+    /// number (which keeps it alive no more than a later arena at its address is taken for it),
+    /// and whether they agreed.
+    twin: Mutex<Option<(u64, bool)>>,
 }
 
 impl Default for Arena {
@@ -75,7 +76,7 @@ impl Drop for Arena {
 
 impl Arena {
     /// An arena of `nodes` (a built one: not repeating another's steps unless `replay` says so).
-    fn from_parts(nodes: Vec<Node>, replay: Option<(Arc<Arena>, usize)>) -> Arena {
+    fn from_parts(nodes: Vec<Node>, replay: Option<(SharedArena, usize)>) -> Arena {
         Arena {
             nodes,
             may_repeat: false,
@@ -121,7 +122,7 @@ impl Arena {
     /// in the same order, only counts them: [`Arena::finish`] then hands back `template` itself.
     /// Callers describe the same kind of call again and again, so most walks repeat the previous
     /// one's paths; this spares building, hashing and later freeing a copy of them.
-    pub fn replaying(template: Option<Arc<Arena>>, n: usize) -> Arena {
+    pub fn replaying(template: Option<SharedArena>, n: usize) -> Arena {
         match template.filter(|t| t.replay.is_none() && !t.nodes.is_empty()) {
             // no node buffer until the walk parts from the template (see `settle`)
             Some(t) => Arena::from_parts(Vec::new(), Some((t, 1))),
@@ -131,14 +132,14 @@ impl Arena {
 
     /// The arena as built: `template` when every step repeated it and nothing more was pushed,
     /// otherwise a new one.
-    pub fn finish(mut self, py: Python<'_>) -> Arc<Arena> {
+    pub fn finish(mut self, py: Python<'_>) -> PyResult<SharedArena> {
         if let Some((t, len)) = &self.replay {
             if *len == t.nodes.len() && t.may_repeat == self.may_repeat {
-                return t.clone();
+                return Ok(t.clone_ref(py));
             }
         }
         self.settle(py);
-        Arc::new(self)
+        SharedArena::new(py, self)
     }
 
     /// Stop repeating: copy the steps matched so far into `nodes`.
@@ -165,13 +166,13 @@ impl Arena {
     /// is remembered, so later comparisons cost a lock instead of a walk over the nodes. Only
     /// arenas whose keys are all plain ([`Accessor::is_plain`]) agree: their equality runs no
     /// Python code, so it cannot change between two asks.
-    pub fn twins(py: Python<'_>, a: &Arc<Arena>, b: &Arc<Arena>) -> PyResult<bool> {
-        if Arc::ptr_eq(a, b) {
+    pub fn twins(py: Python<'_>, a: &SharedArena, b: &SharedArena) -> PyResult<bool> {
+        if SharedArena::ptr_eq(a, b) {
             return Ok(true);
         }
-        let remembered = |x: &Arena, y: &Arc<Arena>| {
-            x.twin.lock().ok().and_then(|t| match &*t {
-                Some((w, same)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(y)) => Some(*same),
+        let remembered = |x: &Arena, y: &SharedArena| {
+            x.twin.lock().ok().and_then(|t| match *t {
+                Some((serial, same)) if serial == y.serial() => Some(same),
                 _ => None,
             })
         };
@@ -185,7 +186,7 @@ impl Arena {
             && nodes_agree(py, &a.nodes, &b.nodes)?;
         for (x, y) in [(a, b), (b, a)] {
             if let Ok(mut t) = x.twin.lock() {
-                *t = Some((Arc::downgrade(y), same));
+                *t = Some((y.serial(), same));
             }
         }
         Ok(same)
@@ -209,32 +210,12 @@ impl Arena {
     }
 
     /// For the cycle collector: visit the keys the steps hold that are neither ints nor strs (the
-    /// objects a cycle can run through). Only for an arena `owners` holders own alone: see
-    /// [`Arena::visit_if_owned`].
-    fn traverse_objects(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+    /// objects a cycle can run through). Called by the arena's own Python object (see `shared`).
+    pub(super) fn traverse_objects(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         for n in &self.nodes {
             if let Accessor::Obj(o) = &n.acc {
                 visit.call(o)?;
             }
-        }
-        Ok(())
-    }
-
-    /// For the cycle collector, from a Python object that holds `arena`: visit the arena's
-    /// objects when the caller's `owners` references (its own and those of Python objects only it
-    /// references, such as the Locators of the pairs it handed out) are all the arena has.
-    ///
-    /// The arena holds one reference to each object, so exactly one visit may count it, and only
-    /// from a holder whose death frees the arena. An arena shared more widely (a Locator the user
-    /// kept, `find_leaves`' Locators, a thread's last walk) is not visited: cycles through it stay
-    /// uncollected while it is shared, never freed while still reachable.
-    pub fn visit_if_owned(
-        arena: &Arc<Arena>,
-        owners: usize,
-        visit: &PyVisit<'_>,
-    ) -> Result<(), PyTraverseError> {
-        if Arc::strong_count(arena) == owners {
-            arena.traverse_objects(visit)?;
         }
         Ok(())
     }

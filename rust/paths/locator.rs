@@ -2,7 +2,7 @@
 //! points to. Its Python methods are in `api/locator.rs` (with the staticmethods that walk).
 
 use std::ops::Deref;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{LazyLock, OnceLock};
 
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError};
 use pyo3::prelude::*;
@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use super::arena::Arena;
+use super::shared::SharedArena;
 
 /// A path into a nested structure of arguments or outputs.
 ///
@@ -24,14 +25,16 @@ pub struct Locator {
 
 /// What a [`Locator`] says: a node of a path arena; read through `Deref`.
 pub struct LocatorData {
-    pub arena: Arc<Arena>,
+    pub arena: SharedArena,
     pub node: u32,
     pub is_output: bool,
 }
 
 /// What a blank locator reads as: the empty path.
 static BLANK: LazyLock<LocatorData> = LazyLock::new(|| LocatorData {
-    arena: Arc::new(Arena::new()),
+    // a Locator is only read with the GIL held; the arena, made once, is never freed
+    arena: Python::with_gil(|py| SharedArena::new(py, Arena::new()))
+        .expect("allocating the blank locator's arena"),
     node: super::arena::ROOT,
     is_output: false,
 });
@@ -45,7 +48,7 @@ impl Deref for Locator {
 }
 
 impl Locator {
-    pub fn new_in(arena: Arc<Arena>, node: u32, is_output: bool) -> Locator {
+    pub fn new_in(arena: SharedArena, node: u32, is_output: bool) -> Locator {
         Locator {
             data: OnceLock::from(LocatorData {
                 arena,
@@ -67,6 +70,15 @@ impl Locator {
         match from.data.into_inner() {
             Some(d) => self.data.set(d).is_ok(),
             None => false,
+        }
+    }
+
+    /// For the cycle collector: its arena, if it has one of its own (a blank locator's is shared
+    /// by all and made on first read, which may not happen here: the collector forbids the GIL).
+    pub fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        match self.data.get() {
+            Some(d) => d.arena.visit(visit),
+            None => Ok(()),
         }
     }
 

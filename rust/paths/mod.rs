@@ -9,6 +9,8 @@
 //! - `text`: [`Text`] (UTF-8 that keeps lone surrogates), `str` bytes and equality, `format()`.
 //! - `accessor`: one step, [`Kind`] and [`Accessor`], and Python's equality and int hashing.
 //! - `arena`: the [`Arena`] of nodes, path equality, display and access paths.
+//! - `shared`: [`SharedArena`], a finished arena as metadata and locators share it (a Python object,
+//!   so the cycle collector sees the keys it holds).
 //! - `locator`: the [`Locator`] class, `get_value`/`set_value`.
 //!
 //! This folder imports only `interp`; `Locator`'s Python methods, with the staticmethods that walk,
@@ -17,9 +19,11 @@
 mod accessor;
 mod arena;
 mod locator;
+mod shared;
 mod text;
 
 pub use accessor::{cached_str_hash, mix, py_int_hash, rich_eq, Accessor, Kind};
 pub use arena::{hash_to_isize, path_eq, Arena, DisplayCache, Node, ROOT};
 pub use locator::{set_value, step_into, Locator};
+pub use shared::SharedArena;
 pub use text::{decode_surrogatepass, format_obj, str_bytes, str_eq, Text};

@@ -2,8 +2,6 @@
 //! types, in the reference's order, without recursion (any depth fits) and without hanging on
 //! cycles (a container met again inside itself is an error naming the path where it happens).
 
-use std::sync::Arc;
-
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -12,7 +10,7 @@ use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 
 use super::memo::{dict_entry, FieldList, InfoRef, Memo, MemoRef, OnStack, NOT_DIRECT};
 use super::registry::{TypeInfo, Walk};
-use crate::paths::{rich_eq, Accessor, Arena, Kind, Locator, ROOT};
+use crate::paths::{rich_eq, Accessor, Arena, Kind, Locator, SharedArena, ROOT};
 
 /// The deepest nesting accepted; deeper structures are rejected with a `ValueError`.
 pub const MAX_DEPTH: usize = 1_000_000;
@@ -681,10 +679,10 @@ pub fn find_leaves<'py>(
     let mut arena = Arena::new();
     let mut c = Collect { leaves: Vec::new() };
     walk(py, obj, only_tensors, &mut arena, &mut c)?;
-    let arena = Arc::new(arena);
+    let arena = SharedArena::new(py, arena)?;
     let out = PyList::empty(py);
     for (node, value) in c.leaves {
-        let loc = Bound::new(py, Locator::new_in(arena.clone(), node, is_output))?;
+        let loc = Bound::new(py, Locator::new_in(arena.clone_ref(py), node, is_output))?;
         out.append(PyTuple::new(py, [loc.into_any(), value.into_bound(py)])?)?;
     }
     Ok(out)

@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -11,7 +10,7 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::codec::shared::{dtype_named, guess_bs, mults_match, type_name};
 use crate::metadata::{Compact, SampleMetadata};
-use crate::paths::{path_eq, py_int_hash, Accessor, Arena, Kind, Locator, Text};
+use crate::paths::{path_eq, py_int_hash, Accessor, Arena, Kind, Locator, SharedArena, Text};
 use crate::tensor_spec::{dtype_id, multiplier, Dim, Spec, TensorSpec};
 
 /// A step's accessor as read, before it becomes a node.
@@ -132,7 +131,7 @@ impl<'py> Build<'py> {
             indexed: false,
             last: Vec::new(),
             exact_nodes: true,
-            c: Compact::new(Arena::new(), false),
+            c: Compact::new_in(SharedArena::empty(py), false), // its arena is set by `finish`
             t_nodes: Vec::new(),
             t_out: Vec::new(),
             learned: Vec::new(),
@@ -452,7 +451,7 @@ impl<'py> Build<'py> {
             }
         }
         let bs = self.bs.unwrap_or(f64::NAN);
-        let arena = Arc::new(std::mem::take(&mut self.arena));
+        let arena = SharedArena::new(py, std::mem::take(&mut self.arena))?;
         if uniform && !dups {
             let mut c = self.c;
             c.arena = arena;
@@ -476,7 +475,7 @@ impl<'py> Build<'py> {
             };
             let loc = Bound::new(
                 py,
-                Locator::new_in(arena.clone(), self.t_nodes[i], resolve(self.t_out[i])),
+                Locator::new_in(arena.clone_ref(py), self.t_nodes[i], resolve(self.t_out[i])),
             )?;
             let spec = Bound::new(py, TensorSpec::from_spec(py, &spec)?)?;
             tensors.push(PyTuple::new(py, [loc.into_any(), spec.into_any()])?);
@@ -485,7 +484,7 @@ impl<'py> Build<'py> {
         for (i, v) in self.o_vals.into_iter().enumerate() {
             let loc = Bound::new(
                 py,
-                Locator::new_in(arena.clone(), self.o_nodes[i], resolve(self.o_out[i])),
+                Locator::new_in(arena.clone_ref(py), self.o_nodes[i], resolve(self.o_out[i])),
             )?;
             others.push(PyTuple::new(py, [loc.into_any(), v.into_bound(py)])?);
         }
