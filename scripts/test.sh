@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: set-up (scripts/setup.sh), the Rust unit tests, pytest, and the benchmark in
-# smoke mode (it checks that the harness works and that both implementations agree; no timing claims), and
-# the wheel check (scripts/check_wheel.sh).
+# The whole test suite: set-up (scripts/setup.sh), the static checks (scripts/lint.sh), the Rust unit tests, pytest,
+# the benchmark in smoke mode (it checks that the harness works and that both implementations agree; no timing
+# claims), and the wheel check (scripts/check_wheel.sh).
 # Every step runs even when an earlier one fails; the exit status is non-zero if any failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT="$PWD"
 PY="$ROOT/.venv/bin/python"
 
@@ -40,6 +40,7 @@ rust_tests() {
         cargo test --no-default-features --quiet
 }
 
+step "static checks (scripts/lint.sh)" bash scripts/lint.sh
 step "cargo test (Rust unit tests)" rust_tests
 step "pytest" "$PY" -m pytest -q tests
 step "benchmark smoke run" "$PY" -m aitune_fast.bench --smoke

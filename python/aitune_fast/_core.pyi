@@ -5,11 +5,26 @@ The public modules (`aitune_fast.sample_metadata`, `.locator`, `.tensor_spec`,
 """
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
+from typing_extensions import Self, disjoint_base
 
 from aitune_fast._enums import InfoLevel, ObjectType
+
+__all__ = [
+    "Locator",
+    "TensorSpec",
+    "SampleMetadata",
+    "ExactSampleMetadata",
+    "_type_registry",
+    "MAX_DEPTH",
+    "tensor_reader",
+    "tensor_readers_available",
+    "_force_tensor_reader",
+    "_dlpack_stats",
+    "_stable_abi_extent",
+]
 
 MAX_DEPTH: int
 """The deepest nesting a walk accepts; deeper arguments raise ValueError."""
@@ -36,8 +51,9 @@ def _dlpack_stats() -> tuple[int, int]:
 def _type_registry() -> tuple[dict[type, bool], list[type]]:
     """The registered user types (with `only_tensors`) and the ignored types; for `aitune_fast.patch`."""
 
-Accessor = int | str | Any
+_Accessor = int | str | Any
 
+@disjoint_base
 class Locator:
     """A path to one leaf of a nested argument: ``((accessor, ObjectType), ...)`` steps.
 
@@ -45,7 +61,11 @@ class Locator:
     Immutable.
     """
 
-    def __init__(self, access_path: Iterable[tuple[Accessor, ObjectType | int]], is_output: bool = False) -> None: ...
+    @overload
+    def __new__(cls, access_path: None = None, is_output: Literal[False] = False) -> Self:
+        """A blank locator, as unpickling a stock AITune pickle makes one (see `__setstate__`)."""
+    @overload
+    def __new__(cls, access_path: Iterable[tuple[_Accessor, ObjectType | int]], is_output: bool = False) -> Self: ...
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Fill a blank object (made with no arguments, as unpickling a stock AITune pickle makes one) from
         the state the stock class pickles, once; bad states raise TypeError/ValueError."""
@@ -53,20 +73,20 @@ class Locator:
     def depth(self) -> int:
         """Number of steps."""
     @property
-    def leaf_name(self) -> Accessor:
+    def leaf_name(self) -> _Accessor:
         """The last step's accessor (IndexError for the empty path)."""
     @property
-    def root_name(self) -> Accessor:
+    def root_name(self) -> _Accessor:
         """The first step's accessor, or ``""`` for the empty path."""
     @property
-    def path(self) -> Accessor | tuple[Accessor, ...]:
+    def path(self) -> _Accessor | tuple[_Accessor, ...]:
         """The accessors without container types; a one-step path is returned bare."""
     @property
     def display_path(self) -> str:
         """The path as Python code: ``x``, ``kwargs["k"][0]``, ``cache.layers[3].keys``, ``output[1]``."""
-    def accessor_at(self, index: int) -> Accessor:
+    def accessor_at(self, index: int) -> _Accessor:
         """The accessor of step `index` (negative counts from the end)."""
-    def path_iter(self) -> Iterator[tuple[Accessor, ObjectType]]:
+    def path_iter(self) -> Iterator[tuple[_Accessor, ObjectType]]:
         """The `(accessor, ObjectType)` steps."""
     def get_value(self, obj: Any) -> Any:
         """The value at this path inside `obj` (KeyError/IndexError/AttributeError saying which step failed)."""
@@ -87,9 +107,10 @@ class Locator:
         """Neither walk nor report instances of exactly `cls`."""
     @staticmethod
     def unignore_type(cls: type) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@disjoint_base
 class TensorSpec:
     """Shape, dtype and learned axes of one tensor. The fields are plain lists: changing them
     changes what the spec (and any metadata holding it) reports. Equal when the ranks are equal."""
@@ -99,23 +120,34 @@ class TensorSpec:
     max_shape: list[int]
     dtype: torch.dtype | None
     _bs_multipliers: list[float]
-    def __init__(
-        self,
+    @overload
+    def __new__(
+        cls,
+        shape: None = None,
+        min_shape: None = None,
+        max_shape: None = None,
+        dtype: None = None,
+        _bs_multipliers: None = None,
+    ) -> Self:
+        """A blank spec, as unpickling a stock AITune pickle makes one (see `__setstate__`)."""
+    @overload
+    def __new__(
+        cls,
         shape: list[int | str],
         min_shape: list[int],
         max_shape: list[int],
         dtype: torch.dtype | None,
         _bs_multipliers: list[float],
-    ) -> None: ...
+    ) -> Self: ...
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
         """Fill a blank object (made with no arguments, as unpickling a stock AITune pickle makes one) from
         the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @staticmethod
     def from_tensor(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
         """The spec of `tensor`; multipliers are sizes divided by `batch_size` (NaN when unknown)."""
-    def describe(self, info_level: InfoLevel = ...) -> str:
-        """Shape (SHORT), plus dtype (MEDIUM), plus min/max shapes (FULL). Any enum member named SHORT, MEDIUM
-        or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError."""
+    def describe(self, info_level: InfoLevel | None = None) -> str:
+        """Shape (SHORT), plus dtype (MEDIUM), plus min/max shapes (FULL, the default; also for None). Any enum
+        member named SHORT, MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError."""
     def update_shapes_seen(self, other: TensorSpec) -> None:
         """Learn from another sample: changed axes become ``batchN`` (same integer multiplier of
         the batch size) or ``dimN``. ValueError when the ranks differ."""
@@ -133,6 +165,7 @@ class TensorSpec:
     @staticmethod
     def is_int(value: float) -> bool: ...
 
+@disjoint_base
 class SampleMetadata:
     """The description of a call's inputs or outputs that selects a compiled backend.
 
@@ -141,21 +174,29 @@ class SampleMetadata:
     detected from ``cache_position`` replaces all of that. Build with `from_inputs`/`from_outputs`.
     """
 
-    def __init__(
-        self,
+    @overload
+    def __new__(
+        cls, tensor_data: None = None, other_data: None = None, strict: None = None, llm_phase: None = None
+    ) -> Self:
+        """A blank metadata, as unpickling a stock AITune pickle makes one (see `__setstate__`)."""
+    @overload
+    def __new__(
+        cls,
         tensor_data: Iterable[tuple[Locator, TensorSpec]],
         other_data: Iterable[tuple[Locator, Any]],
-        strict: bool = False,
+        strict: bool | None = None,
         llm_phase: Literal["prefill", "decode"] | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Fill a blank object (made with no arguments, as unpickling a stock AITune pickle makes one) from
         the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @staticmethod
-    def from_inputs(inputs: dict[str, Any], strict: bool = False, batch_size: int | None = None) -> SampleMetadata:
+    def from_inputs(
+        inputs: dict[str, Any], strict: bool | None = None, batch_size: int | None = None
+    ) -> SampleMetadata:
         """Describe forward inputs keyed by parameter name; `batch_size` defaults to global_context's."""
     @staticmethod
-    def from_outputs(output: Any, strict: bool = False, batch_size: int | None = None) -> SampleMetadata: ...
+    def from_outputs(output: Any, strict: bool | None = None, batch_size: int | None = None) -> SampleMetadata: ...
     @staticmethod
     def from_dict(data: dict[str, Any]) -> SampleMetadata:
         """Inverse of `to_dict`, of the class that wrote it (an `ExactSampleMetadata`'s dict gives one back,
@@ -172,9 +213,10 @@ class SampleMetadata:
     @staticmethod
     def from_json(text: str) -> SampleMetadata:
         """Inverse of `to_json`: a `SampleMetadata` or, where the document says so, an `ExactSampleMetadata`."""
-    def describe(self, info_level: InfoLevel = ...) -> str:
-        """Tensor paths (SHORT) or tables (MEDIUM, FULL). Any enum member named SHORT, MEDIUM or FULL (AITune's
-        `InfoLevel`) is accepted; anything else is a ValueError (the reference renders nothing)."""
+    def describe(self, info_level: InfoLevel | None = None) -> str:
+        """Tensor paths (SHORT) or tables (MEDIUM, FULL: the default; also for None). Any enum member named SHORT,
+        MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError (the reference renders
+        nothing)."""
     def detected_dynamic_axis(self) -> bool: ...
     def has_batch_axis(self) -> bool: ...
     def update_shapes_seen(self, other: SampleMetadata) -> None:
@@ -183,6 +225,13 @@ class SampleMetadata:
         """A copy of `inputs` with tensors sliced/repeated along batch axes; the input is untouched
         and the result shares no memory with it."""
     def update_max_batch_size(self, inputs: dict[str, Any], max_batch_size: int) -> None: ...
+    def _describe_rows(self, full: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The MEDIUM (or, with `full`, FULL) tables' rows, ``(tensor_rows, other_rows)``; for `describe`."""
+    def _batch_reads(
+        self, pairs: list[tuple[Locator, TensorSpec]], inputs: Any
+    ) -> tuple[list[int], list[Any], list[tuple[tuple[int, int], ...]]]:
+        """``(indices, values, axes)`` of the `pairs` whose spec has batch axes: the pair's index, the value read
+        from `inputs` at its locator and its ``(axis, multiplier)`` pairs; for `make_batch`."""
     @property
     def llm_phase(self) -> Literal["prefill", "decode", ""]: ...
     @property
@@ -194,8 +243,10 @@ class SampleMetadata:
     def other_data(self) -> tuple[tuple[Locator, Any], ...]: ...
     @property
     def tensor_specs(self) -> list[TensorSpec]: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def __copy__(self) -> Self:
+        """A new metadata of the same class sharing this one's `(Locator, TensorSpec)` pairs (`copy.copy`)."""
 
 class ExactSampleMetadata(SampleMetadata):
     """Equal only with the same locators, exact shapes and other values; never equal to a plain

@@ -1,6 +1,6 @@
 """The enums shared by the Rust core and the Python layer."""
 
-from enum import Enum, IntEnum, auto
+from enum import Enum, IntEnum
 
 
 class ObjectType(IntEnum):
@@ -15,6 +15,6 @@ class ObjectType(IntEnum):
 class InfoLevel(Enum):
     """How much `describe()` shows: paths only, paths and shapes, or everything."""
 
-    SHORT = auto()
-    MEDIUM = auto()
-    FULL = auto()
+    SHORT = 1
+    MEDIUM = 2
+    FULL = 3

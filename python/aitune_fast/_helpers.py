@@ -344,11 +344,11 @@ def reference_spec(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
     so no guard is added and nothing is specialised."""
     from aitune_fast._core import TensorSpec as _TensorSpec
 
-    shape = list(tensor.shape)
+    sizes = list(tensor.shape)
     if math.isnan(batch_size):
-        multipliers = [float("nan")] * len(shape)
+        multipliers = [float("nan")] * len(sizes)
     else:
-        multipliers = [size / batch_size for size in shape]
+        multipliers = [size / batch_size for size in sizes]
     return _TensorSpec(
-        shape=shape, min_shape=shape[:], max_shape=shape[:], dtype=tensor.dtype, _bs_multipliers=multipliers
+        shape=[*sizes], min_shape=sizes[:], max_shape=sizes[:], dtype=tensor.dtype, _bs_multipliers=multipliers
     )

@@ -246,7 +246,7 @@ def _prescan(data: bytes) -> None:
         name = opcode.name
         if name in _REFUSED_OPCODES:
             raise _Refused(f"refused opcode {name} at byte {pos} ({_REFUSED_OPCODES[name]})")
-        if name in _PUT_OPCODES and not 0 <= arg <= limit:
+        if name in _PUT_OPCODES and not (isinstance(arg, int) and 0 <= arg <= limit):
             raise _Refused(f"memo index {arg} at byte {pos} is beyond the data's size")
         last = pos
     if last is None or last + 1 != len(data):

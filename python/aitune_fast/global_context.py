@@ -1,7 +1,7 @@
 """Scoped key-value settings shared by the library, such as the batch size of the current call."""
 
 import threading
-from typing import Any
+from typing import Any, Literal
 
 BATCH_SIZE_KEY = "batch_size"
 
@@ -27,7 +27,7 @@ class GlobalContext:
             self._data_stack.append(dict(self._data_stack[-1]))
         return self
 
-    def __exit__(self, exc_type, exc_val, exc_tb) -> bool:
+    def __exit__(self, exc_type, exc_val, exc_tb) -> Literal[False]:
         with self._lock:
             self._data_stack.pop()
         return False

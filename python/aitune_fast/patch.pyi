@@ -2,6 +2,8 @@
 
 from typing import Any
 
+__all__ = ["is_aitune_patched", "patch_aitune", "unpatch_aitune"]
+
 def patch_aitune(call_path: bool = True) -> None:
     """Make every loaded ``aitune`` module, and any imported later, use aitune_fast's ``SampleMetadata``,
     ``ExactSampleMetadata``, ``TensorSpec``, ``Locator``, ``InfoLevel``, ``ObjectType`` and ``batch_tensor``.

@@ -38,8 +38,9 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 N_LAYERS = 24
 _STUB = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tensorrt_stub"
@@ -215,7 +216,7 @@ def _tune_all(ait: Any, torch: Any, tag: str, names: tuple = ()) -> dict[str, tu
         s.enable_find_max_batch_size(False)
         return s
 
-    out = {}
+    out: dict[str, tuple[Any, Any, tuple, dict]] = {}
     for name, model in _models(torch).items():
         if names and name not in names:
             continue
@@ -287,10 +288,13 @@ def _metadata_work(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, 
     return work
 
 
-def _metadata_us(works: dict[str, Any], rounds: int, n: int) -> dict[str, float]:
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+def _metadata_us(works: dict[_Key, Any], rounds: int, n: int) -> dict[_Key, float]:
     """Median µs per call of each work, measured in interleaved rounds (so that drift, and the state a
     tuning leaves behind, weigh on each alike), collector paused."""
-    times: dict[str, list[float]] = {name: [] for name in works}
+    times: dict[_Key, list[float]] = {name: [] for name in works}
     for work in works.values():
         work()
     gc.collect()
@@ -391,15 +395,17 @@ def child(mode: str) -> dict[str, Any]:
     tuned, _, args, kwargs = patched["llm_decode"]
     key_eq = {"tuned": _eq_us(next(iter(tuned.module.backends)), tuned, args, kwargs)}
     # the keys as tuned and rebuilt from JSON, side by side
-    works = {}
+    field_works: dict[tuple[str, str], Any] = {}
     for name in ROWS:
         tuned, _, args, kwargs = patched[name]
-        works[(name, "meta_ours_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs)
+        field_works[(name, "meta_ours_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs)
         compact = _compact(tuned.module.backends)
-        works[(name, "meta_compact_us")] = _metadata_work(aitune_fast.SampleMetadata, tuned, args, kwargs, compact)
-    for (name, field), us in _metadata_us(works, rounds, n).items():
+        field_works[(name, "meta_compact_us")] = _metadata_work(
+            aitune_fast.SampleMetadata, tuned, args, kwargs, compact
+        )
+    for (name, field), us in _metadata_us(field_works, rounds, n).items():
         rows[name][field] = us
-    del works
+    del field_works
     compact_modules = {name: patched[name] for name in ROWS}
     for tuned, *_ in compact_modules.values():
         _compact_keys(tuned)
@@ -421,7 +427,7 @@ def child(mode: str) -> dict[str, Any]:
     return {"rows": rows, "key_eq_us": key_eq, "tensorrt": trt, "profile": profile, "mode": mode}
 
 
-if __name__ == "__main__":
+def _main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -434,3 +440,7 @@ if __name__ == "__main__":
         print(table(result))
     else:
         print("\n" + json.dumps(result))
+
+
+if __name__ == "__main__":
+    _main()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import json
 import os
@@ -453,7 +454,9 @@ def _main(args: argparse.Namespace, tuned_rows: list[dict[str, Any]]) -> int:
                 cands = candidates_for(op, impls, state, wl)
                 if op.gc_on:
                     gc.unfreeze()
-                times = timing.measure(cands, repeats, target_s, op.gc_on, tick=lambda u=unit: progress.advance(u))
+                times = timing.measure(
+                    cands, repeats, target_s, op.gc_on, tick=functools.partial(progress.advance, unit)
+                )
                 row["times"] = {key: times[key].to_json() if key in times else None for key in report.COLUMNS}
                 row["stmts"] = {c.key: c.stmt for c in cands}
             except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the whole run
@@ -467,9 +470,8 @@ def _main(args: argparse.Namespace, tuned_rows: list[dict[str, Any]]) -> int:
                 row["memory"] = {}
                 for impl in impls:
                     st = state[impl.key]
-                    row["memory"][impl.key] = memory.peak_memory(
-                        lambda st=st: st["mt"].make_batch(st["a"], st["bs"]), large=workload.tensors >= 1_000_000
-                    )
+                    make_batch = functools.partial(st["mt"].make_batch, st["a"], st["bs"])
+                    row["memory"][impl.key] = memory.peak_memory(make_batch, large=workload.tensors >= 1_000_000)
                     progress.advance(MEMORY_UNITS * unit)
             rows.append(row)
         gc.unfreeze()
