@@ -36,6 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<metadata::ExactSampleMetadata>()?;
     m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
     m.add("MAX_DEPTH", walk::traversal::MAX_DEPTH)?;
+    m.add_function(wrap_pyfunction!(api::_gc_objects_but_tuples, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_reader, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
     m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;

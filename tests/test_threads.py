@@ -30,3 +30,53 @@ def test_one_metadata_used_by_two_threads_at_once_never_panics():
         for who, out in (("reader", reader), ("writer", writer)):
             assert out[0] == "ok" or out[1] == "RuntimeError", f"{combo}: the {who} got {out}"
         assert after == ["ok", True], f"{combo}: unusable afterwards: {after}"
+
+
+def _tuples_built_meanwhile(scan, seconds: float) -> list[BaseException]:
+    """Run `scan` again and again while another thread builds tuples from generators (each a tuple CPython grows
+    in place, which fails with SystemError if anything else holds a reference to it); the errors that thread got."""
+    import sys
+    import threading
+    import time
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def builder() -> None:
+        while not stop.is_set():
+            try:
+                tuple(x for x in range(50))
+            except SystemError as exc:
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    thread = threading.Thread(target=builder)
+    thread.start()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            scan()
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    return errors
+
+
+def test_the_patch_scans_of_live_objects_never_fail_a_tuple_another_thread_builds():
+    """``patch_aitune()``/``unpatch_aitune()`` look through every live object for AITune's (to convert their
+    metadata keys, and to give live modules the call path). Scanning ``gc.get_objects()`` in Python held a
+    reference to a tuple another thread was still filling and failed that thread with ``SystemError: bad argument
+    to internal function`` (16 times in 3 s here, and a flaky tuned-call toggle test); the scans now take the list
+    without tuples in one step that runs no Python code."""
+    from aitune_fast import _tuned_call, patch
+
+    class NotAModule:
+        pass
+
+    def scan() -> None:
+        _tuned_call._swap_live_forwards(NotAModule, to_fast=True)
+        patch._convert_live_objects(to_ours=True)
+
+    assert _tuples_built_meanwhile(scan, seconds=3.0) == []

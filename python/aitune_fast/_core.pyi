@@ -18,6 +18,7 @@ __all__ = [
     "SampleMetadata",
     "ExactSampleMetadata",
     "_type_registry",
+    "_gc_objects_but_tuples",
     "MAX_DEPTH",
     "tensor_reader",
     "tensor_readers_available",
@@ -50,6 +51,10 @@ def _dlpack_stats() -> tuple[int, int]:
 
 def _type_registry() -> tuple[dict[type, bool], list[type]]:
     """The registered user types (with `only_tensors`) and the ignored types; for `aitune_fast.patch`."""
+
+def _gc_objects_but_tuples() -> list[Any]:
+    """What `gc.get_objects()` lists, less the tuples, taken without running Python code (a tuple another thread
+    is still filling must have no other reference); for the patch's scans of live objects."""
 
 _Accessor = int | str | Any
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import aitune_fast
-from aitune_fast import _config, _tuned_call
+from aitune_fast import _config, _core, _tuned_call
 
 # the module, not the `global_context` object the package exports under the same name
 _gc_module = sys.modules["aitune_fast.global_context"]
@@ -543,7 +543,7 @@ def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
         return value
 
     looked_at: dict[type, bool] = {}  # class -> whether its instances are AITune's objects to look into
-    for obj in gc.get_objects():
+    for obj in _core._gc_objects_but_tuples():  # not gc.get_objects(): see there
         cls = type(obj)
         look = looked_at.get(cls)
         if look is None:
