@@ -25,12 +25,13 @@ store per object, so calls running in other threads finish on whichever path the
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import types
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
+
+from aitune_fast import _core
 
 __all__ = ["enable", "on_loaded"]
 
@@ -132,7 +133,7 @@ def _uninstall() -> None:
 
 def _install_forward(wrapper_module: Any) -> None:
     module_cls = getattr(wrapper_module, "Module", None)
-    state = getattr(wrapper_module, "ModuleState", None)
+    state: Any = getattr(wrapper_module, "ModuleState", None)
     if not isinstance(module_cls, type) or "_forward" not in module_cls.__dict__ or "Module._forward" in _replaced:
         return
     _refs.module_cls = module_cls
@@ -146,7 +147,7 @@ def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
     """Give every live ``Module`` a ``FunctionWrapper`` around the fast ``_forward`` (or its stock one back)."""
     import wrapt
 
-    for proxy in gc.get_objects():
+    for proxy in _core._gc_objects_but_tuples():  # not gc.get_objects(): see there
         if not issubclass(type(proxy), module_cls):
             continue
         try:
@@ -154,10 +155,10 @@ def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
             bound = current._self_wrapper
         except AttributeError:
             continue
-        if type(bound) is not types.MethodType or bound.__self__ is not proxy:
+        if type(bound) is not types.MethodType or cast(Any, bound).__self__ is not proxy:
             continue
-        if to_fast and bound.__func__ is _forward.__wrapped__:
-            replacement = wrapt.decorator(types.MethodType(_forward, proxy))(current.__wrapped__)
+        if to_fast and bound.__func__ is cast(Any, _forward).__wrapped__:
+            replacement: Any = wrapt.decorator(types.MethodType(_forward, proxy))(current.__wrapped__)
             replacement._self_stock = current
         elif not to_fast and bound.__func__ is _forward:
             replacement = getattr(current, "_self_stock", None)
@@ -561,7 +562,7 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
     import operator
 
     base = _refs.backend_config
-    describe = getattr(backend_cls, "describe", None)
+    describe: Any = getattr(backend_cls, "describe", None)
     template = _refs.eager_describe
     if base is None or template is None or not dataclasses.is_dataclass(config_cls):
         return None
