@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::compact::Compact;
+use super::reuse;
 use super::sample::Data;
 use crate::interp::{context_batch_size, interp};
 use crate::paths::{Accessor, Arena, Kind, SharedArena, ROOT};
@@ -84,18 +85,6 @@ impl Visitor for Builder {
     }
 }
 
-thread_local! {
-    /// Node, tensor and size counts of this thread's previous walk.
-    static SIZE_HINT: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([16, 4, 8]) };
-    /// The paths of this thread's previous walk of inputs and of outputs: the next walk of the
-    /// same kind repeats them while it can (see `Arena::replaying`) and then shares them.
-    static LAST_PATHS: std::cell::RefCell<[Option<SharedArena>; 2]> =
-        const { std::cell::RefCell::new([None, None]) };
-}
-
-/// The most nodes a kept path arena may have (larger ones are not kept for the next walk).
-const KEEP_PATHS: usize = 1 << 16;
-
 /// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
 pub struct Built {
     pub data: Data,
@@ -111,20 +100,11 @@ pub fn build(
     is_output: bool,
     check_cp: bool,
 ) -> PyResult<Built> {
-    // size the buffers like the previous walk on this thread (callers describe the same kind of
-    // call again and again), up to a bound so one huge structure does not inflate small ones
-    let [n_nodes, n_items, n_dims] = SIZE_HINT.with(|h| h.get());
-    let template = LAST_PATHS
-        .try_with(|l| {
-            l.borrow()[is_output as usize]
-                .as_ref()
-                .map(|t| t.clone_ref(py))
-        })
-        .ok()
-        .flatten();
-    let mut arena = Arena::replaying(template, n_nodes);
+    // sized like the previous walk on this thread, repeating its paths while it can (see `reuse`)
+    let hint = reuse::size_hint();
+    let mut arena = Arena::replaying(reuse::last_paths(py, is_output), hint.nodes);
     // the placeholder stands in for the arena while the walk builds it
-    let c = Compact::with_capacity(SharedArena::empty(py), is_output, n_items, n_dims);
+    let c = Compact::with_capacity(SharedArena::empty(py), is_output, hint.items, hint.dims);
     let mut b = Builder {
         c,
         strict,
@@ -141,30 +121,13 @@ pub fn build(
             cache_position: b.cache_position,
         });
     }
-    const BOUND: usize = 4096;
-    SIZE_HINT.with(|h| {
-        h.set([
-            arena.len().min(BOUND),
-            b.c.items.len().min(BOUND),
-            b.c.dims.len().min(BOUND),
-        ])
+    reuse::note_size(reuse::SizeHint {
+        nodes: arena.len(),
+        items: b.c.items.len(),
+        dims: b.c.dims.len(),
     });
     let shared = arena.finish(py)?;
-    let replaced = LAST_PATHS.try_with(|l| {
-        let mut l = l.borrow_mut();
-        let slot = &mut l[is_output as usize];
-        if slot
-            .as_ref()
-            .is_some_and(|t| SharedArena::ptr_eq(t, &shared))
-        {
-            return None;
-        }
-        // only exact str and int keys are held on to: any other key object is the user's to free
-        let keep = shared.len() <= KEEP_PATHS && shared.keys_are_plain();
-        std::mem::replace(slot, keep.then(|| shared.clone_ref(py)))
-    });
-    // released once the slot is no longer borrowed
-    drop(replaced);
+    reuse::keep_paths(py, is_output, &shared);
     b.c.arena = shared;
     Ok(Built {
         data: Data::Compact(b.c),

@@ -8,6 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use super::reuse::{self, Buffers};
 use crate::paths::{Arena, Locator, SharedArena};
 use crate::tensor_spec::{Spec, TensorSpec};
 
@@ -32,33 +33,14 @@ pub struct Compact {
     pub(super) tensor_hash: OnceLock<u64>,
 }
 
-/// Item and size buffers of at most this many entries are kept for the next walk.
-const SPARE_BOUND: usize = 4096;
-
-thread_local! {
-    /// The item, size and other-value buffers of this thread's last dropped compact metadata
-    /// (empty, capacity kept): the next walk fills them instead of allocating.
-    static SPARE: std::cell::Cell<Option<Spare>> = const { std::cell::Cell::new(None) };
-}
-
-type Spare = (Vec<Item>, Vec<i64>, Vec<(u32, Py<PyAny>)>);
-
 impl Drop for Compact {
+    /// Its buffers go to the next walk on this thread (see `reuse`).
     fn drop(&mut self) {
-        let (items, dims) = (self.items.capacity(), self.dims.capacity());
-        if items == 0 || dims == 0 || items > SPARE_BOUND || dims > SPARE_BOUND {
-            return;
-        }
-        let mut items = std::mem::take(&mut self.items);
-        let mut dims = std::mem::take(&mut self.dims);
-        let mut others = std::mem::take(&mut self.others);
-        items.clear();
-        dims.clear();
-        if others.capacity() > SPARE_BOUND {
-            others = Vec::new();
-        }
-        others.clear(); // the values are released here, not kept by the spare
-        let _ = SPARE.try_with(|s| s.set(Some((items, dims, others))));
+        reuse::give_buffers(Buffers {
+            items: std::mem::take(&mut self.items),
+            dims: std::mem::take(&mut self.dims),
+            others: std::mem::take(&mut self.others),
+        });
     }
 }
 
@@ -72,8 +54,8 @@ impl Compact {
         n_dims: usize,
     ) -> Compact {
         let mut c = Self::new_in(arena, is_output);
-        if let Some((items, dims, others)) = SPARE.try_with(|s| s.take()).ok().flatten() {
-            (c.items, c.dims, c.others) = (items, dims, others);
+        if let Some(b) = reuse::take_buffers() {
+            (c.items, c.dims, c.others) = (b.items, b.dims, b.others);
         }
         c.items.reserve(n_items);
         c.dims.reserve(n_dims);

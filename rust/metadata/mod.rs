@@ -13,6 +13,7 @@
 //! - `handed`: the pairs handed out through `tensor_data`, and whether they still say what the
 //!   compact form says.
 //! - `build`: building from a walk (the `Builder` visitor), the batch size, the LLM phase.
+//! - `reuse`: what a thread keeps between walks (sizes, the last paths, spare buffers), and when.
 //! - `key`: equality and hashing.
 //! - `sample`: the `SampleMetadata` class and its data; `learn`: `update_shapes_seen`. Its Python
 //!   methods are in `api/sample_metadata.rs`, with the codecs'.
@@ -26,6 +27,7 @@ mod exact;
 mod handed;
 mod key;
 mod learn;
+mod reuse;
 mod sample;
 mod view;
 

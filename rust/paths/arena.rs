@@ -54,8 +54,9 @@ impl Default for Arena {
     }
 }
 
-/// Node buffers of at most this many entries are kept for the next arena.
-const SPARE_BOUND: usize = 4096;
+/// Buffers of at most this many entries are kept for the next walk on a thread (node buffers
+/// here; the metadata's, see `metadata/reuse.rs`, which lists everything a thread keeps).
+pub const SPARE_BOUND: usize = 4096;
 
 thread_local! {
     /// The node buffer of this thread's last dropped arena (empty, capacity kept): the next walk

@@ -23,7 +23,7 @@ mod shared;
 mod text;
 
 pub use accessor::{cached_str_hash, mix, py_int_hash, rich_eq, Accessor, Kind};
-pub use arena::{hash_to_isize, path_eq, Arena, DisplayCache, Node, ROOT};
+pub use arena::{hash_to_isize, path_eq, Arena, DisplayCache, Node, ROOT, SPARE_BOUND};
 pub use locator::{set_value, step_into, Locator};
 pub use shared::SharedArena;
 pub use text::{decode_surrogatepass, format_obj, str_bytes, str_eq, Text};
