@@ -12,6 +12,12 @@
 //!
 //! Everything is per thread (`thread_local!`) and goes with the thread; access uses `try_with`, so
 //! a walk during thread teardown simply finds nothing.
+//!
+//! Lower layers keep three per-thread caches of their own, each beside the code that alone
+//! reads it: the walk's memo of type layouts (`walk/memo.rs`: dropped entry by entry when a
+//! type's version tag changes), this thread's copy of recent type classifications
+//! (`walk/registry.rs`: valid for one registry generation), and the thread's stack bounds
+//! (`stack.rs`: read once).
 
 use std::cell::{Cell, RefCell};
 
