@@ -14,8 +14,9 @@
 //! a walk during thread teardown simply finds nothing.
 //!
 //! Lower layers keep three per-thread caches of their own, each beside the code that alone
-//! reads it: the walk's memo of type layouts (`walk/memo.rs`: dropped entry by entry when a
-//! type's version tag changes), this thread's copy of recent type classifications
+//! reads it: the walk's memo of type classifications and field layouts (`walk/memo.rs`: emptied
+//! when the type registry changes or a kind of entry passes its bound; an entry whose type
+//! changed is looked up again), this thread's copy of recent type classifications
 //! (`walk/registry.rs`: valid for one registry generation), and the thread's stack bounds
 //! (`stack.rs`: read once).
 
