@@ -37,6 +37,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
     m.add("MAX_DEPTH", walk::traversal::MAX_DEPTH)?;
     m.add_function(wrap_pyfunction!(api::_gc_objects_but_tuples, m)?)?;
+    m.add_function(wrap_pyfunction!(api::_frames_running, m)?)?;
+    m.add_function(wrap_pyfunction!(api::_still_running, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_reader, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
     m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;

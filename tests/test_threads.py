@@ -80,3 +80,38 @@ def test_the_patch_scans_of_live_objects_never_fail_a_tuple_another_thread_build
         patch._convert_live_objects(to_ours=True)
 
     assert _tuples_built_meanwhile(scan, seconds=3.0) == []
+
+
+def test_frames_running_finds_another_threads_call_until_it_returns():
+    """The patch's wait for calls in flight: ``_frames_running`` names the other threads inside given functions
+    (their innermost such frame, found below deeper calls), never the calling thread; ``_still_running`` keeps
+    those whose frame is still on its thread's stack. Both walk other threads' frames in one step (walking them
+    from Python let the other thread unwind them in the middle: segfaults in the toggle test)."""
+    import threading
+
+    from aitune_fast import _core
+
+    inside, release = threading.Event(), threading.Event()
+
+    def deeper() -> None:
+        inside.set()
+        release.wait(10)
+
+    def dispatch() -> None:
+        deeper()
+
+    thread = threading.Thread(target=dispatch)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        me = threading.get_ident()
+        found = _core._frames_running({dispatch.__code__}, me)
+        assert [(ident, frame.f_code) for ident, frame in found] == [(thread.ident, dispatch.__code__)]
+        assert (
+            _core._frames_running({test_frames_running_finds_another_threads_call_until_it_returns.__code__}, me) == []
+        )
+        assert _core._still_running(found) == found
+    finally:
+        release.set()
+        thread.join()
+    assert _core._still_running(found) == []

@@ -19,6 +19,8 @@ __all__ = [
     "ExactSampleMetadata",
     "_type_registry",
     "_gc_objects_but_tuples",
+    "_frames_running",
+    "_still_running",
     "MAX_DEPTH",
     "tensor_reader",
     "tensor_readers_available",
@@ -55,6 +57,13 @@ def _type_registry() -> tuple[dict[type, bool], list[type]]:
 def _gc_objects_but_tuples() -> list[Any]:
     """What `gc.get_objects()` lists, less the tuples, taken without running Python code (a tuple another thread
     is still filling must have no other reference); for the patch's scans of live objects."""
+
+def _frames_running(codes: set[Any], me: int) -> list[tuple[int, Any]]:
+    """For every thread but `me`: its innermost frame running one of `codes`, as (thread id, frame); the frames
+    are walked in one step no other thread can run in the middle of."""
+
+def _still_running(pending: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """Of `pending` ((thread id, frame) pairs), those whose frame is still on its thread's stack."""
 
 _Accessor = int | str | Any
 

@@ -594,40 +594,19 @@ def _dispatch_codes() -> set[Any]:
     return codes
 
 
-def _calls_in_flight(codes: set[Any]) -> list[tuple[int, Any]]:
-    """(thread id, frame) of every other thread's innermost frame running one of `codes`."""
-    me = threading.get_ident()
-    found = []
-    for ident, frame in sys._current_frames().items():
-        while ident != me and frame is not None:
-            if frame.f_code in codes:
-                found.append((ident, frame))
-                break
-            frame = frame.f_back
-    return found
-
-
 def _wait_for_calls_in_flight() -> None:
     """Wait (at most ``_CALLS_IN_FLIGHT_LIMIT_S``) until the calls of AITune's dispatch code that other threads are
     in now have returned: one of them may hold a metadata of the old world that it has yet to look up."""
     codes = _dispatch_codes()
-    pending = _calls_in_flight(codes) if codes else []
+    # other threads' frames are walked in the core, in one step no other thread can run in the middle of
+    pending = _core._frames_running(codes, threading.get_ident()) if codes else []
     deadline = time.monotonic() + _CALLS_IN_FLIGHT_LIMIT_S
     while pending:
         if time.monotonic() > deadline:
             _logger.warning("patch toggle: %d AITune calls still in flight after %ss", len(pending), deadline)
             return
         time.sleep(0.0002)
-        frames = sys._current_frames()
-        pending = [(ident, frame) for ident, frame in pending if _on_stack(frames.get(ident), frame)]
-
-
-def _on_stack(top: Any, frame: Any) -> bool:
-    while top is not None:
-        if top is frame:
-            return True
-        top = top.f_back
-    return False
+        pending = _core._still_running(pending)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

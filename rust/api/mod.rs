@@ -5,8 +5,8 @@
 //! (each call's argument and `self` checks) allocates and frees an iterator over the blocks:
 //! about 1,000 instructions of a one-tensor dispatch.
 
-mod gc_objects;
+mod live;
 mod locator;
 mod sample_metadata;
 
-pub use gc_objects::_gc_objects_but_tuples;
+pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};
