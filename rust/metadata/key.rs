@@ -202,6 +202,8 @@ pub fn value_hash(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResul
         return Err(PyErr::fetch(py));
     }
     let r = value_hash_inner(py, v, depth);
+    // SAFETY: the GIL is held, and the Py_EnterRecursiveCall above succeeded, so this leaves the
+    // one level it entered (CPython requires the calls to pair up on the same thread)
     unsafe { pyo3::ffi::Py_LeaveRecursiveCall() };
     r
 }

@@ -82,15 +82,19 @@ impl<'py> DictItems<'py> {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
-        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
         let mut k: *mut ffi::PyObject = std::ptr::null_mut();
         let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+        // SAFETY: `self.dict` is a live dict we hold a reference to (the GIL is held: `py`);
+        // PyDict_Size cannot fail on a dict
         let now = unsafe { ffi::PyDict_Size(self.dict.as_ptr()) };
         if now != self.len {
             return Err(PyRuntimeError::new_err(
                 "dictionary changed size during iteration",
             ));
         }
+        // SAFETY: a live dict we hold, with the GIL held; PyDict_Next checks `pos` against the
+        // dict's current entries (so a dict changed meanwhile is still read in bounds) and stores
+        // borrowed pointers, owned by the dict, into `k` and `v`
         if unsafe { ffi::PyDict_Next(self.dict.as_ptr(), &mut self.pos, &mut k, &mut v) } == 0 {
             return Ok(None);
         }
