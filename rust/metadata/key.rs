@@ -7,6 +7,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
+use super::compact::Compact;
 use super::handed::Level;
 use super::sample::SampleMetadata;
 use super::view::{Loc, View};
@@ -109,6 +110,17 @@ fn aligned_pairs<'a, 'b>(
     Ok(Some(true))
 }
 
+/// The locator of each tensor of `c` (as `View::tensor_loc`, without its dispatch: the fast path
+/// of comparing compact metadata calls it for every tensor).
+#[inline(always)]
+fn compact_loc<'c>(c: &'c Compact) -> impl Fn(usize) -> Loc<'c> {
+    move |i| Loc {
+        arena: &c.arena,
+        node: c.items[i].node,
+        is_output: c.is_output,
+    }
+}
+
 /// Compare the tensors of two views with dict semantics: `same(i, j)` compares the tensors at
 /// equal paths (`i` in `a`, `j` in `b`).
 pub(super) fn tensors_eq(
@@ -124,8 +136,14 @@ pub(super) fn tensors_eq(
         }
         // arenas that agree node for node: the same node is the same path
         let twins = !x.items.is_empty() && Arena::twins(py, &x.arena, &y.arena)?;
-        let (la, lb) = (|i| a.tensor_loc(i), |i| b.tensor_loc(i));
-        if let Some(equal) = aligned_pairs(py, x.items.len(), la, lb, twins, &mut same)? {
+        if let Some(equal) = aligned_pairs(
+            py,
+            x.items.len(),
+            compact_loc(x),
+            compact_loc(y),
+            twins,
+            &mut same,
+        )? {
             return Ok(equal);
         }
     }
