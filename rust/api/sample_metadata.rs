@@ -121,8 +121,10 @@ impl SampleMetadata {
 
     fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = slf.py();
-        // SAFETY: both pointers are live objects; an object of exactly `slf`'s class has its layout
+        // SAFETY: both pointers are live objects we hold references to; reading their type is safe
         let other = if unsafe { ffi::Py_TYPE(other.as_ptr()) == ffi::Py_TYPE(slf.as_ptr()) } {
+            // SAFETY: `other`'s type is exactly `slf`'s, a `SampleMetadata` class (ours, or a Python
+            // subclass, which Python lays out with our struct first), so `other` has that layout
             unsafe { other.downcast_unchecked::<SampleMetadata>() }
         } else if other.is_instance(&slf.get_type())? {
             other.downcast::<SampleMetadata>()?

@@ -68,39 +68,96 @@ impl Index {
     }
 }
 
-/// The common case of comparing two walked metadata: the same tensor paths in the same order.
-/// `Some(equal_ranks)` when the paths line up one to one, `None` when they do not (the caller
-/// then compares them as dicts).
-pub(super) fn aligned_tensors(py: Python<'_>, x: &Compact, y: &Compact) -> PyResult<Option<bool>> {
-    if x.items.len() != y.items.len() {
-        return Ok(None);
-    }
-    let (nx, ny) = (&x.arena.nodes, &y.arena.nodes);
-    // arenas that agree node for node: the same node is the same path
-    let twins = !x.items.is_empty() && Arena::twins(py, &x.arena, &y.arena)?;
-    let mut last_parents = (u32::MAX, u32::MAX);
-    let mut ranks_equal = true;
-    for (a, b) in x.items.iter().zip(&y.items) {
-        let (p, q) = (&nx[a.node as usize], &ny[b.node as usize]);
-        if p.hash != q.hash {
+/// The common case of comparing two walked metadata: the same paths in the same order. Compares
+/// entries pairwise while their paths agree, remembering the last pair of parents found equal so
+/// that siblings cost one step each; `twins`: the arenas agree node for node, so the same node is
+/// the same path. `Some(true)` when the paths line up one to one and `same(i, i)` holds for each,
+/// `Some(false)` at the first pair of equal paths whose values differ, `None` at the first pair
+/// of paths that differ (the caller then compares the entries as dicts).
+#[inline]
+fn aligned_pairs<'a, 'b>(
+    py: Python<'_>,
+    n: usize,
+    la: impl Fn(usize) -> Loc<'a>,
+    lb: impl Fn(usize) -> Loc<'b>,
+    twins: bool,
+    mut same: impl FnMut(usize, usize) -> PyResult<bool>,
+) -> PyResult<Option<bool>> {
+    let mut last_parents: Option<(u32, u32)> = None;
+    for i in 0..n {
+        let (x, y) = (la(i), lb(i));
+        let (nx, ny) = (x.arena.node(x.node), y.arena.node(y.node));
+        if nx.hash != ny.hash {
             return Ok(None);
         }
-        let same_path = if twins && a.node == b.node {
+        let same_path = if twins && x.node == y.node {
             true
-        } else if a.node != ROOT && (p.parent, q.parent) == last_parents {
-            p.kind == q.kind && p.acc.eq(py, &q.acc)?
+        } else if x.node != ROOT && last_parents == Some((nx.parent, ny.parent)) {
+            nx.kind == ny.kind && nx.acc.eq(py, &ny.acc)?
         } else {
-            path_eq(py, &x.arena, a.node, &y.arena, b.node)?
+            loc_eq(py, &x, &y)?
         };
         if !same_path {
             return Ok(None);
         }
-        if a.node != ROOT {
-            last_parents = (p.parent, q.parent);
+        if x.node != ROOT {
+            last_parents = Some((nx.parent, ny.parent));
         }
-        ranks_equal &= a.rank == b.rank;
+        if !same(i, i)? {
+            return Ok(Some(false));
+        }
     }
-    Ok(Some(ranks_equal))
+    Ok(Some(true))
+}
+
+/// The locator of each tensor of `c` (as `View::tensor_loc`, without its dispatch: the fast path
+/// of comparing compact metadata calls it for every tensor).
+#[inline(always)]
+fn compact_loc<'c>(c: &'c Compact) -> impl Fn(usize) -> Loc<'c> {
+    move |i| Loc {
+        arena: &c.arena,
+        node: c.items[i].node,
+        is_output: c.is_output,
+    }
+}
+
+/// Compare the tensors of two views with dict semantics: `same(i, j)` compares the tensors at
+/// equal paths (`i` in `a`, `j` in `b`).
+pub(super) fn tensors_eq(
+    py: Python<'_>,
+    a: &View<'_, '_>,
+    b: &View<'_, '_>,
+    mut same: impl FnMut(usize, usize) -> PyResult<bool>,
+) -> PyResult<bool> {
+    let unique = a.unique() && b.unique();
+    if let (true, View::C(x), View::C(y)) = (unique, a, b) {
+        if x.items.len() != y.items.len() {
+            return Ok(false);
+        }
+        // arenas that agree node for node: the same node is the same path
+        let twins = !x.items.is_empty() && Arena::twins(py, &x.arena, &y.arena)?;
+        if let Some(equal) = aligned_pairs(
+            py,
+            x.items.len(),
+            compact_loc(x),
+            compact_loc(y),
+            twins,
+            &mut same,
+        )? {
+            return Ok(equal);
+        }
+    }
+    let la = |i: usize| a.tensor_loc(i);
+    let lb = |i: usize| b.tensor_loc(i);
+    dict_eq(
+        py,
+        a.n_tensors(),
+        &la,
+        b.n_tensors(),
+        &lb,
+        unique,
+        &mut same,
+    )
 }
 
 /// Compare two sets of `(path, value)` entries with dict semantics. `same(i, j)` compares values.
@@ -117,35 +174,8 @@ pub(super) fn dict_eq<'a, 'b>(
         if na != nb {
             return Ok(false);
         }
-        // entries usually come in the same order: compare pairwise, remembering the last pair of
-        // parents found equal so that siblings cost one step each
-        let mut aligned = true;
-        let mut last_parents: Option<(u32, u32)> = None;
-        for i in 0..na {
-            let (x, y) = (la(i), lb(i));
-            let (nx, ny) = (x.arena.node(x.node), y.arena.node(y.node));
-            if nx.hash != ny.hash {
-                aligned = false;
-                break;
-            }
-            let equal = if x.node != ROOT && last_parents == Some((nx.parent, ny.parent)) {
-                nx.kind == ny.kind && nx.acc.eq(py, &ny.acc)?
-            } else {
-                loc_eq(py, &x, &y)?
-            };
-            if !equal {
-                aligned = false;
-                break;
-            }
-            if x.node != ROOT {
-                last_parents = Some((nx.parent, ny.parent));
-            }
-            if !same(i, i)? {
-                return Ok(false);
-            }
-        }
-        if aligned {
-            return Ok(true);
+        if let Some(equal) = aligned_pairs(py, na, la, lb, false, &mut *same)? {
+            return Ok(equal);
         }
     }
     let ia = build_index(py, na, la)?;
@@ -202,6 +232,8 @@ pub fn value_hash(py: Python<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResul
         return Err(PyErr::fetch(py));
     }
     let r = value_hash_inner(py, v, depth);
+    // SAFETY: the GIL is held, and the Py_EnterRecursiveCall above succeeded, so this leaves the
+    // one level it entered (CPython requires the calls to pair up on the same thread)
     unsafe { pyo3::ffi::Py_LeaveRecursiveCall() };
     r
 }
@@ -283,37 +315,18 @@ impl SampleMetadata {
         // the plain kind reads only ranks, the exact kind shapes
         let level = if exact { Level::Shape } else { Level::Rank };
         let (a, b) = (self.view_at(py, level)?, other.view_at(py, level)?);
-        let unique = a.unique() && b.unique();
-        let mut tensors_checked = false;
-        if let (false, true, View::C(x), View::C(y)) = (exact, unique, &a, &b) {
-            match aligned_tensors(py, x, y)? {
-                Some(false) => return Ok(false),
-                Some(true) => tensors_checked = true,
-                None => {}
-            }
-        }
-        let la = |i: usize| a.tensor_loc(i);
-        let lb = |i: usize| b.tensor_loc(i);
-        let tensors_equal = tensors_checked
-            || dict_eq(
-                py,
-                a.n_tensors(),
-                &la,
-                b.n_tensors(),
-                &lb,
-                unique,
-                &mut |i, j| {
-                    // exact metadata compares whole shapes, the plain kind only ranks
-                    Ok(if exact {
-                        a.spec(i).shape == b.spec(j).shape
-                    } else {
-                        a.rank(i) == b.rank(j)
-                    })
-                },
-            )?;
+        // exact metadata compares whole shapes, the plain kind only ranks
+        let tensors_equal = tensors_eq(py, &a, &b, |i, j| {
+            Ok(if exact {
+                a.spec(i).shape == b.spec(j).shape
+            } else {
+                a.rank(i) == b.rank(j)
+            })
+        })?;
         if !tensors_equal {
             return Ok(false);
         }
+        let unique = a.unique() && b.unique();
         let oa = |i: usize| a.other_loc(i);
         let ob = |i: usize| b.other_loc(i);
         dict_eq(
@@ -336,29 +349,28 @@ impl SampleMetadata {
         let v = self.view_at(py, if exact { Level::Shape } else { Level::Rank })?;
         let unique = v.unique();
         let lt = |i: usize| v.tensor_loc(i);
-        let tensor_part = match (&v, exact) {
-            (View::C(c), false) => {
-                match c.tensor_hash.get() {
-                    Some(h) => *h,
-                    None => {
-                        let h = dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
-                            Ok(v.rank(i) as u64)
-                        })?;
-                        let _ = c.tensor_hash.set(h);
-                        h
-                    }
-                }
-            }
-            (_, false) => dict_hash(
+        let rank_hash = || {
+            dict_hash(
                 py,
                 v.n_tensors(),
                 &lt,
                 unique,
                 &mut |i| Ok(v.rank(i) as u64),
-            )?,
+            )
+        };
+        let tensor_part = match (&v, exact) {
             (_, true) => dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
                 Ok(hash_dims(&v.spec(i)))
             })?,
+            (View::C(c), false) => match c.tensor_hash.get() {
+                Some(h) => *h,
+                None => {
+                    let h = rank_hash()?;
+                    let _ = c.tensor_hash.set(h);
+                    h
+                }
+            },
+            (_, false) => rank_hash()?,
         };
         let lo = |i: usize| v.other_loc(i);
         let other_part = dict_hash(py, v.n_others(), &lo, unique, &mut |i| {

@@ -3,7 +3,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use super::key::{aligned_tensors, dict_eq};
+use super::key::tensors_eq;
 use super::sample::{Data, SampleMetadata};
 use super::view::View;
 use crate::tensor_spec::{Spec, TensorSpec};
@@ -51,7 +51,6 @@ impl SampleMetadata {
     /// `update_shapes_seen`: learn dynamic and batch axes from `other`, a later sample with the
     /// same tensors; `ValueError` (showing both) when the tensors differ in locators or ranks.
     pub fn learn_from(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = slf.py();
         let other = other.downcast::<SampleMetadata>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "update_shapes_seen expects a SampleMetadata, got {}",
@@ -72,70 +71,69 @@ impl SampleMetadata {
                 Self::describe_at(other, 2)?
             )))
         };
+        match Self::plan_learning(slf, other)? {
+            Some(plan) => plan.apply(slf),
+            None => Err(mismatch()?),
+        }
+    }
+
+    /// What `slf` learns from `other`; `None` when their tensors differ in locators or ranks.
+    fn plan_learning<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, SampleMetadata>,
+    ) -> PyResult<Option<Plan<'py>>> {
+        let py = slf.py();
         // every index below refers to the snapshots `a` and `b`: Python code that runs meanwhile (a
         // key's `__eq__`, a list's `__iter__`, another thread) may change the metadata's lists, and
         // what changed in the compact form is checked again before it is written
-        let plan: Option<Plan<'_>> = {
-            let me = slf.try_borrow()?;
-            let them = other.try_borrow()?;
-            // handed-out specs are the truth: they are the ones that learn
-            let a = match (&me.data, me.handed.get()) {
-                (Data::Compact(_), Some(h)) => me.handed_view(py, h)?,
-                _ => me.view(py)?,
-            };
-            let b = them.view(py)?;
-            let aligned = match (&a, &b) {
-                (View::C(x), View::C(y)) if a.unique() && b.unique() => aligned_tensors(py, x, y)?,
-                _ => None,
-            };
-            let merges: Option<Vec<(usize, usize)>> = match aligned {
-                Some(false) => None,
-                Some(true) => Some((0..a.n_tensors()).map(|i| (i, i)).collect()),
-                None => {
-                    let unique = a.unique() && b.unique();
-                    let la = |i: usize| a.tensor_loc(i);
-                    let lb = |i: usize| b.tensor_loc(i);
-                    // the aligned fast path may hand over a prefix before the general path runs:
-                    // keep the last
-                    let mut partner: Vec<Option<usize>> = vec![None; a.n_tensors()];
-                    let mut collect = |i: usize, j: usize| -> PyResult<bool> {
-                        if let Some(slot) = partner.get_mut(i) {
-                            *slot = Some(j);
-                        }
-                        Ok(a.rank(i) == b.rank(j))
-                    };
-                    if dict_eq(
-                        py,
-                        a.n_tensors(),
-                        &la,
-                        b.n_tensors(),
-                        &lb,
-                        unique,
-                        &mut collect,
-                    )? {
-                        Some(
-                            partner
-                                .iter()
-                                .enumerate()
-                                .filter_map(|(i, j)| j.map(|j| (i, j)))
-                                .collect(),
-                        )
-                    } else {
-                        None
-                    }
-                }
-            };
-            match merges {
-                Some(merges) => Some(Plan::new(&a, &b, merges)?),
-                None => None,
-            }
+        let me = slf.try_borrow()?;
+        let them = other.try_borrow()?;
+        // handed-out specs are the truth: they are the ones that learn
+        let a = match (&me.data, me.handed.get()) {
+            (Data::Compact(_), Some(h)) => me.handed_view(py, h)?,
+            _ => me.view(py)?,
         };
-        let Some(plan) = plan else {
-            return Err(mismatch()?);
-        };
-        match plan.targets {
+        let b = them.view(py)?;
+        match tensor_partners(py, &a, &b)? {
+            Some(merges) => Ok(Some(Plan::new(&a, &b, merges)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The pairs `(i, j)` of tensors at equal paths in `a` and `b` (`i` in `a`, `j` in `b`); `None`
+/// when the tensors differ in locators or ranks.
+fn tensor_partners(
+    py: Python<'_>,
+    a: &View<'_, '_>,
+    b: &View<'_, '_>,
+) -> PyResult<Option<Vec<(usize, usize)>>> {
+    // the aligned fast path may hand over a prefix before the general path runs: keep the last
+    // partner of each tensor
+    let mut partner: Vec<Option<usize>> = vec![None; a.n_tensors()];
+    let equal = tensors_eq(py, a, b, |i, j| {
+        if let Some(slot) = partner.get_mut(i) {
+            *slot = Some(j);
+        }
+        Ok(a.rank(i) == b.rank(j))
+    })?;
+    Ok(equal.then(|| {
+        partner
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| j.map(|j| (i, j)))
+            .collect()
+    }))
+}
+
+impl Plan<'_> {
+    /// Write what was learned: into the Python specs, or into the compact form of `slf` (which
+    /// must be as it was when the plan was made).
+    fn apply(self, slf: &Bound<'_, SampleMetadata>) -> PyResult<()> {
+        let py = slf.py();
+        match self.targets {
             Some(targets) => {
-                for ((_, before, after), target) in plan.updates.iter().zip(targets) {
+                for ((_, before, after), target) in self.updates.iter().zip(targets) {
                     target.try_borrow()?.write_back(py, before, after)?;
                 }
                 // handed-out specs of a compact metadata: let the compact form learn the same, so
@@ -143,7 +141,7 @@ impl SampleMetadata {
                 if let Ok(mut me) = slf.try_borrow_mut() {
                     if me.is_handed_out() {
                         if let Data::Compact(c) = &mut me.data {
-                            for (i, _, after) in plan.updates {
+                            for (i, _, after) in self.updates {
                                 if i < c.items.len() {
                                     c.set_learned(i, after);
                                 }
@@ -165,7 +163,7 @@ impl SampleMetadata {
                 let Data::Compact(c) = &mut me.data else {
                     return Err(changed());
                 };
-                for (i, _, after) in plan.updates {
+                for (i, _, after) in self.updates {
                     if i >= c.items.len() {
                         return Err(changed());
                     }

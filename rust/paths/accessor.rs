@@ -88,6 +88,7 @@ impl Accessor {
             Accessor::Int(_) => {}
             // SAFETY: the `py` token proves the GIL is held; `into_ptr` hands over our reference
             Accessor::Str(s) => unsafe { ffi::Py_DECREF(s.into_ptr()) },
+            // SAFETY: as for `Str`: the GIL is held and `into_ptr` hands over the one reference we own
             Accessor::Obj(o) => unsafe { ffi::Py_DECREF(o.into_ptr()) },
         }
     }

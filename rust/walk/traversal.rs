@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 
-use super::memo::{dict_entry, FieldList, InfoRef, Memo, MemoRef, OnStack, NOT_DIRECT};
+use super::memo::{dict_entry, FieldList, InfoRef, Memo, MemoRef, NOT_DIRECT};
 use super::registry::{TypeInfo, Walk};
 use crate::paths::{rich_eq, Accessor, Arena, Kind, Locator, SharedArena, ROOT};
 
@@ -21,7 +21,6 @@ pub trait Visitor {
     /// path's first step is `"cache_position"`. Push the step into `arena` to keep a locator.
     /// Returns whether Python code may have run (beyond hashing the step's key, which the walk
     /// accounts for): the walk then checks again what it decided from an object's layout.
-    #[allow(clippy::too_many_arguments)]
     fn leaf(
         &mut self,
         py: Python<'_>,
@@ -82,15 +81,19 @@ impl<'py> DictItems<'py> {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
-        // SAFETY: PyDict_Next with borrowed out-pointers on a dict we hold a reference to.
         let mut k: *mut ffi::PyObject = std::ptr::null_mut();
         let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+        // SAFETY: `self.dict` is a live dict we hold a reference to (the GIL is held: `py`);
+        // PyDict_Size cannot fail on a dict
         let now = unsafe { ffi::PyDict_Size(self.dict.as_ptr()) };
         if now != self.len {
             return Err(PyRuntimeError::new_err(
                 "dictionary changed size during iteration",
             ));
         }
+        // SAFETY: a live dict we hold, with the GIL held; PyDict_Next checks `pos` against the
+        // dict's current entries (so a dict changed meanwhile is still read in bounds) and stores
+        // borrowed pointers, owned by the dict, into `k` and `v`
         if unsafe { ffi::PyDict_Next(self.dict.as_ptr(), &mut self.pos, &mut k, &mut v) } == 0 {
             return Ok(None);
         }
@@ -530,24 +533,14 @@ fn walk_with<V: Visitor>(
         }
         return Ok(());
     }
-    let mut on_stack = std::mem::take(&mut memo.on_stack);
-    on_stack.clear();
-    let result = walk_frames(
-        py,
-        root,
-        only_tensors,
-        arena,
-        visitor,
-        memo,
-        &mut on_stack,
-        info,
-    );
-    on_stack.clear();
-    memo.on_stack = on_stack;
+    memo.on_stack.clear();
+    let result = walk_frames(py, root, only_tensors, arena, visitor, memo, info);
+    memo.on_stack.clear();
     result
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The walk below a container `root`; `memo.on_stack` holds the containers being walked (empty
+/// at the start).
 fn walk_frames<'py, V: Visitor>(
     py: Python<'py>,
     root: &Bound<'py, PyAny>,
@@ -555,10 +548,9 @@ fn walk_frames<'py, V: Visitor>(
     arena: &mut Arena,
     visitor: &mut V,
     memo: &mut Memo,
-    on_stack: &mut OnStack,
     info: InfoRef,
 ) -> PyResult<()> {
-    on_stack.insert(root.as_ptr() as usize, ROOT);
+    memo.on_stack.insert(root.as_ptr() as usize, ROOT);
     let src = open(py, memo, root, info)?;
     arena.may_repeat |= src.may_repeat();
     let mut stack = Vec::with_capacity(8);
@@ -573,7 +565,7 @@ fn walk_frames<'py, V: Visitor>(
     while let Some(frame) = stack.last_mut() {
         let Some((acc, value, kind)) = frame.src.next(py, &mut memo.python)? else {
             let done = stack.pop().expect("non-empty");
-            on_stack.remove(&(done.obj.as_ptr() as usize));
+            memo.on_stack.remove(&(done.obj.as_ptr() as usize));
             continue;
         };
         let parent = frame.node;
@@ -607,7 +599,7 @@ fn walk_frames<'py, V: Visitor>(
         let node = arena.push(py, parent, acc, kind)?;
         let ptr = value.as_ptr() as usize;
         // every address in `on_stack` is a container some frame holds: none can be reused
-        if let Some(&ancestor) = on_stack.get(&ptr) {
+        if let Some(&ancestor) = memo.on_stack.get(&ptr) {
             return Err(PyValueError::new_err(format!(
                 "cyclic structure: {} is the same {} object as its enclosing {}; aitune_fast cannot describe an argument that contains itself",
                 display(py, arena, node),
@@ -621,7 +613,7 @@ fn walk_frames<'py, V: Visitor>(
                 display(py, arena, node)
             )));
         }
-        on_stack.insert(ptr, node);
+        memo.on_stack.insert(ptr, node);
         let src = open(py, memo, &value, info)?;
         arena.may_repeat |= src.may_repeat();
         stack.push(Frame {

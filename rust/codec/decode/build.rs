@@ -92,6 +92,16 @@ struct DenseChildren {
 /// Entry flags for `is_output`: not given (the document's), false, true.
 pub(super) const OUT_DEFAULT: u8 = 0;
 
+/// A tensor's sizes as read: its shape, the smallest and largest sizes seen and the batch-size
+/// multipliers, one of each per axis (all four of equal length).
+#[derive(Clone, Copy)]
+pub(super) struct TensorDims<'a> {
+    pub(super) shape: &'a [Dim],
+    pub(super) min: &'a [i64],
+    pub(super) max: &'a [i64],
+    pub(super) mult: &'a [f64],
+}
+
 pub(super) struct Build<'py> {
     pub(super) py: Python<'py>,
     what: &'static str,
@@ -297,18 +307,20 @@ impl<'py> Build<'py> {
         Ok(id)
     }
 
-    /// Add a tensor; `shape`, `min`, `max` and `mult` have equal lengths.
-    #[allow(clippy::too_many_arguments)]
+    /// Add a tensor.
     pub(super) fn add_tensor(
         &mut self,
         node: u32,
         out: u8,
-        shape: &[Dim],
-        min: &[i64],
-        max: &[i64],
-        mult: &[f64],
+        dims: TensorDims<'_>,
         dtype: u16,
     ) -> PyResult<()> {
+        let TensorDims {
+            shape,
+            min,
+            max,
+            mult,
+        } = dims;
         let fresh = shape
             .iter()
             .zip(min.iter().zip(max))
@@ -362,7 +374,13 @@ impl<'py> Build<'py> {
         }
         let shape: Vec<Dim> = dims.iter().map(|&d| Dim::Int(d)).collect();
         let mult: Vec<f64> = dims.iter().map(|&d| multiplier(d, bs)).collect();
-        self.add_tensor(node, out, &shape, dims, dims, &mult, dtype)
+        let seen = TensorDims {
+            shape: &shape,
+            min: dims,
+            max: dims,
+            mult: &mult,
+        };
+        self.add_tensor(node, out, seen, dtype)
     }
 
     pub(super) fn add_other(&mut self, node: u32, out: u8, value: Py<PyAny>) {

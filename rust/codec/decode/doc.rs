@@ -2,7 +2,9 @@
 
 use pyo3::prelude::*;
 
-use crate::codec::format::{CLASSES, FORMAT, FORMAT_OTHERS, FORMAT_TENSORS, VERSION};
+use crate::codec::format::{
+    CLASSES, FORMAT as FORMAT_FULL, FORMAT_OTHERS, FORMAT_TENSORS, VERSION,
+};
 use crate::codec::text::parse::{JNum, Parser, Tok};
 use crate::metadata::SampleMetadata;
 
@@ -44,26 +46,98 @@ const DOC_KEYS: [&str; 13] = [
     "class",
 ];
 
-/// The optional `class` key (its index in `DOC_KEYS`), in full documents and `tensor_data` parts.
-const CLASS: usize = 12;
+/// A document's keys: each one's index in `DOC_KEYS`, and its bit in a mask of keys seen.
+mod key {
+    pub(super) const FORMAT: usize = 0;
+    pub(super) const VERSION: usize = 1;
+    pub(super) const IS_OUTPUT: usize = 2;
+    pub(super) const TENSOR_DATA: usize = 3;
+    pub(super) const OTHER_DATA: usize = 4;
+    pub(super) const STRICT: usize = 5;
+    pub(super) const LLM_PHASE: usize = 6;
+    pub(super) const BATCH_SIZE: usize = 7;
+    pub(super) const DTYPES: usize = 8;
+    pub(super) const PATHS: usize = 9;
+    pub(super) const TENSORS: usize = 10;
+    pub(super) const OTHERS: usize = 11;
+    /// optional, in full documents and `tensor_data` parts
+    pub(super) const CLASS: usize = 12;
+}
+
+/// The keys of one kind of document.
+struct Layout {
+    /// its `format` value
+    format: &'static str,
+    required: &'static [usize],
+    optional: &'static [usize],
+    /// sections that say how to read the entries (read first)
+    tables: &'static [usize],
+    /// the sections of entries, read once every other key is known
+    entries: &'static [usize],
+}
+
+impl Doc {
+    fn layout(self) -> Layout {
+        use key::*;
+        match self {
+            Doc::Full => Layout {
+                format: FORMAT_FULL,
+                required: &[
+                    FORMAT,
+                    VERSION,
+                    IS_OUTPUT,
+                    TENSOR_DATA,
+                    OTHER_DATA,
+                    STRICT,
+                    LLM_PHASE,
+                ],
+                optional: &[CLASS],
+                tables: &[],
+                entries: &[TENSOR_DATA, OTHER_DATA],
+            },
+            Doc::Tensors => Layout {
+                format: FORMAT_TENSORS,
+                required: &[
+                    FORMAT, VERSION, IS_OUTPUT, BATCH_SIZE, DTYPES, PATHS, TENSORS,
+                ],
+                optional: &[CLASS],
+                tables: &[DTYPES, PATHS],
+                entries: &[TENSORS],
+            },
+            Doc::Others => Layout {
+                format: FORMAT_OTHERS,
+                required: &[FORMAT, VERSION, IS_OUTPUT, PATHS, OTHERS],
+                optional: &[],
+                tables: &[PATHS],
+                entries: &[OTHERS],
+            },
+        }
+    }
+}
+
+/// What the sections of a document are read into, besides the `Build`.
+struct Sections {
+    doc: Doc,
+    sc: Scratch,
+    part: Part,
+}
 
 /// Read the value of section `key` (a table or the entries).
-#[allow(clippy::too_many_arguments)]
 fn read_section<'py>(
     py: Python<'py>,
     p: &mut Parser<'_>,
     b: &mut Build<'py>,
-    sc: &mut Scratch,
-    part: &mut Part,
+    sections: &mut Sections,
     key: usize,
-    doc: Doc,
 ) -> PyResult<()> {
+    let full = sections.doc == Doc::Full;
+    let (sc, part) = (&mut sections.sc, &mut sections.part);
     match key {
-        3 => read_entries(py, p, b, sc, true, doc == Doc::Full),
-        4 => read_entries(py, p, b, sc, false, doc == Doc::Full),
-        8 => read_dtypes(p, b, part),
-        9 => read_paths(py, p, b, &mut part.paths),
-        10 => read_tensor_rows(py, p, b, sc, part),
+        key::TENSOR_DATA => read_entries(py, p, b, sc, true, full),
+        key::OTHER_DATA => read_entries(py, p, b, sc, false, full),
+        key::DTYPES => read_dtypes(p, b, part),
+        key::PATHS => read_paths(py, p, b, &mut part.paths),
+        key::TENSORS => read_tensor_rows(py, p, b, sc, part),
         _ => read_other_rows(py, p, b, part),
     }
 }
@@ -76,27 +150,20 @@ pub(super) fn read_doc<'py>(
     doc: Doc,
 ) -> PyResult<DocInfo> {
     let (t0, o0) = (b.t_nodes.len(), b.o_nodes.len());
-    let expected = match doc {
-        Doc::Full => FORMAT,
-        Doc::Tensors => FORMAT_TENSORS,
-        Doc::Others => FORMAT_OTHERS,
-    };
-    // the document's keys; its tables; its entries, read once every other key is known
-    let (required, tables, entries): (&[usize], &[usize], &[usize]) = match doc {
-        Doc::Full => (&[0, 1, 2, 3, 4, 5, 6], &[], &[3, 4]),
-        Doc::Tensors => (&[0, 1, 2, 7, 8, 9, 10], &[8, 9], &[10]),
-        Doc::Others => (&[0, 1, 2, 9, 11], &[9], &[11]),
-    };
-    let optional: &[usize] = if doc == Doc::Others { &[] } else { &[CLASS] };
-    let before_entries: u32 = required
+    let layout = doc.layout();
+    let before_entries: u32 = layout
+        .required
         .iter()
-        .filter(|i| !entries.contains(i))
+        .filter(|i| !layout.entries.contains(i))
         .fold(0, |m, &i| m | (1 << i));
-    let mut sc = Scratch::default();
-    let mut part = Part {
-        paths: Vec::new(),
-        dtypes: Vec::new(),
-        batch_size: f64::NAN,
+    let mut sections = Sections {
+        doc,
+        sc: Scratch::default(),
+        part: Part {
+            paths: Vec::new(),
+            dtypes: Vec::new(),
+            batch_size: f64::NAN,
+        },
     };
     let mut info = DocInfo {
         exact: false,
@@ -114,82 +181,32 @@ pub(super) fn read_doc<'py>(
     let mut seen: u32 = 0;
     let (mut format_ok, mut version_ok) = (false, false);
     let mut deferred: Vec<(usize, usize)> = Vec::new();
-    while let Some((at, key)) = p.obj_next(&mut first)? {
-        let i = key
+    while let Some((at, name)) = p.obj_next(&mut first)? {
+        let i = name
             .as_str()
             .and_then(|k| DOC_KEYS.iter().position(|&x| x == k))
-            .filter(|i| required.contains(i) || optional.contains(i))
-            .ok_or_else(|| p.err_at(at, format!("unexpected key {}", key.show())))?;
+            .filter(|i| layout.required.contains(i) || layout.optional.contains(i))
+            .ok_or_else(|| p.err_at(at, format!("unexpected key {}", name.show())))?;
         if seen & (1 << i) != 0 {
-            return Err(p.err_at(at, format!("key {} occurs twice", key.show())));
+            return Err(p.err_at(at, format!("key {} occurs twice", name.show())));
         }
         seen |= 1 << i;
         p.ws();
         let vat = p.pos;
         match i {
-            0 => {
-                let f = match p.peek()? {
-                    Tok::Str => p.string()?,
-                    t => return Err(p.err(format!("format is a string, found {}", t.name()))),
-                };
-                if !f.is(expected) {
-                    let hint = if [FORMAT, FORMAT_TENSORS, FORMAT_OTHERS]
-                        .iter()
-                        .any(|x| f.is(x))
-                    {
-                        " (a different part of aitune_fast's encoding)"
-                    } else {
-                        ""
-                    };
-                    return Err(p.err_at(
-                        vat,
-                        format!("format is {}, expected {expected:?}{hint}", f.show()),
-                    ));
-                }
-                format_ok = true;
-            }
-            1 => {
-                let v = match p.peek()? {
-                    Tok::Num => p.number()?,
-                    t => return Err(p.err(format!("version is an integer, found {}", t.name()))),
-                };
-                match v {
-                    JNum::Int(VERSION) => version_ok = true,
-                    JNum::Int(n) => {
-                        return Err(p.err_at(
-                            vat,
-                            format!(
-                                "unsupported version {n}: this aitune_fast reads version {VERSION}"
-                            ),
-                        ))
-                    }
-                    _ => return Err(p.err_at(vat, "version is an integer")),
-                }
-            }
-            2 => info.is_output = p.boolean()?,
-            5 => info.strict = p.boolean()?,
-            6 => {
-                info.llm_phase = match p.peek()? {
-                    Tok::Null => {
-                        p.null()?;
-                        None
-                    }
-                    Tok::Str => Some(jstr_to_py(py, &p.string()?)?.into_any().unbind()),
-                    t => {
-                        return Err(
-                            p.err(format!("llm_phase is a string or null, found {}", t.name()))
-                        )
-                    }
-                }
-            }
-            7 => part.batch_size = read_float(p, "batch_size")?,
-            CLASS => info.exact = read_class(p)?,
+            key::FORMAT => format_ok = read_format(p, layout.format)?,
+            key::VERSION => version_ok = read_version(p)?,
+            key::IS_OUTPUT => info.is_output = p.boolean()?,
+            key::STRICT => info.strict = p.boolean()?,
+            key::LLM_PHASE => info.llm_phase = read_llm_phase(py, p)?,
+            key::BATCH_SIZE => sections.part.batch_size = read_float(p, "batch_size")?,
+            key::CLASS => info.exact = read_class(p)?,
             _ => {
                 let ready = format_ok
                     && version_ok
-                    && (tables.contains(&i) || seen & before_entries == before_entries);
+                    && (layout.tables.contains(&i) || seen & before_entries == before_entries);
                 if ready {
-                    read_section(py, p, b, &mut sc, &mut part, i, doc)?;
+                    read_section(py, p, b, &mut sections, i)?;
                 } else {
                     // read once the format, the version and (for entries) the tables are known
                     deferred.push((vat, i));
@@ -199,14 +216,67 @@ pub(super) fn read_doc<'py>(
         }
     }
     p.end()?;
-    check_required(p, top, &DOC_KEYS, seen, required)?;
-    deferred.sort_by_key(|&(_, i)| !tables.contains(&i));
+    check_required(p, top, &DOC_KEYS, seen, layout.required)?;
+    deferred.sort_by_key(|&(_, i)| !layout.tables.contains(&i));
     for (pos, i) in deferred {
         let mut q = p.fork_at(pos, 1);
-        read_section(py, &mut q, b, &mut sc, &mut part, i, doc)?;
+        read_section(py, &mut q, b, &mut sections, i)?;
     }
     b.resolve_out(t0, o0, info.is_output);
     Ok(info)
+}
+
+/// The `format` key's value, which must be `expected`; `Ok(true)` when it is.
+fn read_format(p: &mut Parser<'_>, expected: &str) -> PyResult<bool> {
+    let vat = p.pos;
+    let f = match p.peek()? {
+        Tok::Str => p.string()?,
+        t => return Err(p.err(format!("format is a string, found {}", t.name()))),
+    };
+    if f.is(expected) {
+        return Ok(true);
+    }
+    let hint = if [FORMAT_FULL, FORMAT_TENSORS, FORMAT_OTHERS]
+        .iter()
+        .any(|x| f.is(x))
+    {
+        " (a different part of aitune_fast's encoding)"
+    } else {
+        ""
+    };
+    Err(p.err_at(
+        vat,
+        format!("format is {}, expected {expected:?}{hint}", f.show()),
+    ))
+}
+
+/// The `version` key's value, which must be `VERSION`; `Ok(true)` when it is.
+fn read_version(p: &mut Parser<'_>) -> PyResult<bool> {
+    let vat = p.pos;
+    let v = match p.peek()? {
+        Tok::Num => p.number()?,
+        t => return Err(p.err(format!("version is an integer, found {}", t.name()))),
+    };
+    match v {
+        JNum::Int(VERSION) => Ok(true),
+        JNum::Int(n) => Err(p.err_at(
+            vat,
+            format!("unsupported version {n}: this aitune_fast reads version {VERSION}"),
+        )),
+        _ => Err(p.err_at(vat, "version is an integer")),
+    }
+}
+
+/// The `llm_phase` key's value: a string or null.
+fn read_llm_phase(py: Python<'_>, p: &mut Parser<'_>) -> PyResult<Option<Py<PyAny>>> {
+    match p.peek()? {
+        Tok::Null => {
+            p.null()?;
+            Ok(None)
+        }
+        Tok::Str => Ok(Some(jstr_to_py(py, &p.string()?)?.into_any().unbind())),
+        t => Err(p.err(format!("llm_phase is a string or null, found {}", t.name()))),
+    }
 }
 
 /// The `class` key's value: whether it names `ExactSampleMetadata` (else `SampleMetadata`).

@@ -108,7 +108,7 @@ fn read_tensor_entry<'py>(
     };
     check_required(p, start, &T_KEYS, seen, required)?;
     check_entry_lengths(p, start, sc)?;
-    b.add_tensor(node, out, &sc.shape, &sc.min, &sc.max, &sc.mult, dtype)
+    b.add_tensor(node, out, sc.dims(), dtype)
         .map_err(|e| p.err_at(start, e.value(py)))
 }
 

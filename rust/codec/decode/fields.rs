@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use crate::codec::text::parse::{JStr, Parser, Tok};
 use crate::tensor_spec::Dim;
 
-use super::build::Build;
+use super::build::{Build, TensorDims};
 use super::value::read_float;
 
 pub(super) fn read_dtype(p: &mut Parser<'_>, b: &mut Build<'_>) -> PyResult<u16> {
@@ -60,6 +60,17 @@ pub(super) struct Scratch {
     pub(super) min: Vec<i64>,
     pub(super) max: Vec<i64>,
     pub(super) mult: Vec<f64>,
+}
+
+impl Scratch {
+    pub(super) fn dims(&self) -> TensorDims<'_> {
+        TensorDims {
+            shape: &self.shape,
+            min: &self.min,
+            max: &self.max,
+            mult: &self.mult,
+        }
+    }
 }
 
 pub(super) fn read_ints(p: &mut Parser<'_>, out: &mut Vec<i64>, what: &str) -> PyResult<()> {

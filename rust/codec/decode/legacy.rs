@@ -8,7 +8,7 @@ use crate::codec::shared::is_dtype;
 use crate::paths::{Kind, ROOT};
 use crate::tensor_spec::{dtype_id, Dim};
 
-use super::build::{Acc, Build};
+use super::build::{Acc, Build, TensorDims};
 
 pub(super) fn legacy_rows<'py>(
     py: Python<'py>,
@@ -80,15 +80,13 @@ pub(super) fn legacy_tensors<'py>(
             } else {
                 return Err(PyValueError::new_err("the dtype is not a torch.dtype"));
             };
-            b.add_tensor(
-                node,
-                if out { 2 } else { 1 },
-                &dims,
-                &min,
-                &max,
-                &mult,
-                dtype,
-            )
+            let seen = TensorDims {
+                shape: &dims,
+                min: &min,
+                max: &max,
+                mult: &mult,
+            };
+            b.add_tensor(node, if out { 2 } else { 1 }, seen, dtype)
         })();
         r.map_err(|e| bad_row(what, "tensor_data", i, e.value(py)))?;
     }

@@ -110,7 +110,7 @@ pub(super) fn read_tensor_rows<'py>(
         }
         if full {
             check_entry_lengths(p, rat, sc)?;
-            b.add_tensor(node, out, &sc.shape, &sc.min, &sc.max, &sc.mult, dtype)
+            b.add_tensor(node, out, sc.dims(), dtype)
                 .map_err(|e| p.err_at(rat, e.value(py)))?;
         } else {
             sc.min.clear();

@@ -78,107 +78,145 @@ fn read_tagged<'py>(
     kat: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
     let vat = p.pos;
-    Ok(match tag {
-        "$tuple" => PyTuple::new(py, read_items(py, p)?)?.into_any(),
-        "$set" | "$frozenset" => {
-            let items = read_items(py, p)?;
-            let n = items.len();
-            let made = if tag == "$set" {
-                PySet::new(py, &items).map(|s| (s.len(), s.into_any()))
-            } else {
-                PyFrozenSet::new(py, &items).map(|s| (s.len(), s.into_any()))
-            };
-            let (len, s) = made.map_err(|e| {
-                p.err_at(
-                    vat,
-                    format!("{tag} elements must be hashable: {}", e.value(py)),
-                )
-            })?;
-            if len != n {
-                return Err(p.err_at(vat, format!("{tag} holds an element twice")));
-            }
-            s
+    match tag {
+        "$tuple" => Ok(PyTuple::new(py, read_items(py, p)?)?.into_any()),
+        "$set" | "$frozenset" => read_set(py, p, tag, vat),
+        "$dict" => Ok(read_dict_pairs(py, p)?.into_any()),
+        "$bytes" => read_bytes(py, p, vat),
+        "$complex" => read_complex(py, p, vat),
+        "$dtype" => read_dtype_tag(py, p, vat),
+        _ => Err(p.err_at(kat, format!("unknown tag {tag:?}"))),
+    }
+}
+
+/// A `$set` or `$frozenset` (`tag`) whose items start at `vat`: hashable, each once.
+fn read_set<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    tag: &str,
+    vat: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let items = read_items(py, p)?;
+    let n = items.len();
+    let made = if tag == "$set" {
+        PySet::new(py, &items).map(|s| (s.len(), s.into_any()))
+    } else {
+        PyFrozenSet::new(py, &items).map(|s| (s.len(), s.into_any()))
+    };
+    let (len, s) = made.map_err(|e| {
+        p.err_at(
+            vat,
+            format!("{tag} elements must be hashable: {}", e.value(py)),
+        )
+    })?;
+    if len != n {
+        return Err(p.err_at(vat, format!("{tag} holds an element twice")));
+    }
+    Ok(s)
+}
+
+/// A `$dict`: a list of `[key, value]` pairs, hashable keys, each once.
+fn read_dict_pairs<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    p.arr_begin()?;
+    let mut f = true;
+    let mut n = 0;
+    while p.arr_next(&mut f)? {
+        let pat = p.pos;
+        let (k, v) = read_pair(py, p)?;
+        d.set_item(&k, v)
+            .map_err(|e| p.err_at(pat, format!("$dict keys must be hashable: {}", e.value(py))))?;
+        n += 1;
+        if d.len() != n {
+            return Err(p.err_at(pat, "$dict holds a key twice"));
         }
-        "$dict" => {
-            let d = PyDict::new(py);
-            p.arr_begin()?;
-            let mut f = true;
-            let mut n = 0;
-            while p.arr_next(&mut f)? {
-                let pat = p.pos;
-                p.arr_begin()?;
-                let mut f2 = true;
-                if !p.arr_next(&mut f2)? {
-                    return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
-                }
-                let k = read_exact(py, p)?;
-                if !p.arr_next(&mut f2)? {
-                    return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
-                }
-                let v = read_exact(py, p)?;
-                if p.arr_next(&mut f2)? {
-                    return Err(p.err_at(pat, "a $dict item is a [key, value] pair"));
-                }
-                d.set_item(&k, v).map_err(|e| {
-                    p.err_at(pat, format!("$dict keys must be hashable: {}", e.value(py)))
-                })?;
-                n += 1;
-                if d.len() != n {
-                    return Err(p.err_at(pat, "$dict holds a key twice"));
-                }
-            }
-            d.into_any()
+    }
+    Ok(d)
+}
+
+/// One `[key, value]` item of a `$dict`.
+fn read_pair<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let pat = p.pos;
+    let not_a_pair = |p: &Parser<'_>| p.err_at(pat, "a $dict item is a [key, value] pair");
+    p.arr_begin()?;
+    let mut f = true;
+    if !p.arr_next(&mut f)? {
+        return Err(not_a_pair(p));
+    }
+    let k = read_exact(py, p)?;
+    if !p.arr_next(&mut f)? {
+        return Err(not_a_pair(p));
+    }
+    let v = read_exact(py, p)?;
+    if p.arr_next(&mut f)? {
+        return Err(not_a_pair(p));
+    }
+    Ok((k, v))
+}
+
+/// A `$bytes`: an even number of lower-case hex digits.
+fn read_bytes<'py>(py: Python<'py>, p: &mut Parser<'_>, vat: usize) -> PyResult<Bound<'py, PyAny>> {
+    let s = match p.peek()? {
+        Tok::Str => p.string()?,
+        t => return Err(p.err(format!("$bytes holds a hex string, found {}", t.name()))),
+    };
+    let hex = s.as_str().unwrap_or("?").as_bytes();
+    if hex.len() % 2 != 0 {
+        return Err(p.err_at(vat, "$bytes holds an even number of hex digits"));
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.chunks(2) {
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(h), Some(l)) => out.push(h * 16 + l),
+            _ => return Err(p.err_at(vat, "$bytes holds lower-case hex digits only")),
         }
-        "$bytes" => {
-            let s = match p.peek()? {
-                Tok::Str => p.string()?,
-                t => return Err(p.err(format!("$bytes holds a hex string, found {}", t.name()))),
-            };
-            let hex = s.as_str().unwrap_or("?").as_bytes();
-            if hex.len() % 2 != 0 {
-                return Err(p.err_at(vat, "$bytes holds an even number of hex digits"));
-            }
-            let mut out = Vec::with_capacity(hex.len() / 2);
-            for pair in hex.chunks(2) {
-                let d = |c: u8| match c {
-                    b'0'..=b'9' => Some(c - b'0'),
-                    b'a'..=b'f' => Some(c - b'a' + 10),
-                    _ => None,
-                };
-                match (d(pair[0]), d(pair[1])) {
-                    (Some(h), Some(l)) => out.push(h * 16 + l),
-                    _ => return Err(p.err_at(vat, "$bytes holds lower-case hex digits only")),
-                }
-            }
-            PyBytes::new(py, &out).into_any()
+    }
+    Ok(PyBytes::new(py, &out).into_any())
+}
+
+/// A `$complex`: `[real, imag]`.
+fn read_complex<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    vat: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    p.arr_begin()?;
+    let mut f = true;
+    let mut parts = [0f64; 2];
+    for part in parts.iter_mut() {
+        if !p.arr_next(&mut f)? {
+            return Err(p.err_at(vat, "$complex holds [real, imag]"));
         }
-        "$complex" => {
-            p.arr_begin()?;
-            let mut f = true;
-            let mut parts = [0f64; 2];
-            for part in parts.iter_mut() {
-                if !p.arr_next(&mut f)? {
-                    return Err(p.err_at(vat, "$complex holds [real, imag]"));
-                }
-                *part = read_float(p, "$complex")?;
-            }
-            if p.arr_next(&mut f)? {
-                return Err(p.err_at(vat, "$complex holds [real, imag]"));
-            }
-            PyComplex::from_doubles(py, parts[0], parts[1]).into_any()
-        }
-        "$dtype" => {
-            let s = match p.peek()? {
-                Tok::Str => p.string()?,
-                t => return Err(p.err(format!("$dtype holds a string, found {}", t.name()))),
-            };
-            match dtype_named(py, s.as_str().unwrap_or("?"))? {
-                Ok(d) => d,
-                Err(msg) => return Err(p.err_at(vat, msg)),
-            }
-        }
-        _ => return Err(p.err_at(kat, format!("unknown tag {tag:?}"))),
-    })
+        *part = read_float(p, "$complex")?;
+    }
+    if p.arr_next(&mut f)? {
+        return Err(p.err_at(vat, "$complex holds [real, imag]"));
+    }
+    Ok(PyComplex::from_doubles(py, parts[0], parts[1]).into_any())
+}
+
+/// A `$dtype`: a torch dtype by name.
+fn read_dtype_tag<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    vat: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let s = match p.peek()? {
+        Tok::Str => p.string()?,
+        t => return Err(p.err(format!("$dtype holds a string, found {}", t.name()))),
+    };
+    match dtype_named(py, s.as_str().unwrap_or("?"))? {
+        Ok(d) => Ok(d),
+        Err(msg) => Err(p.err_at(vat, msg)),
+    }
 }
 
 fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyList>> {

@@ -298,7 +298,14 @@ impl<'a> Parser<'a> {
         if p >= s.len() {
             return Err(self.err_at(start - 1, "unterminated string"));
         }
-        // slow path: unescape into bytes (surrogatepass UTF-8 for lone surrogates)
+        self.string_escaped(start, p)
+    }
+
+    /// The slow path of [`Parser::string`]: the string's contents start at `start` and its first
+    /// escape is at `p`. Unescapes into bytes (surrogatepass UTF-8 for lone surrogates).
+    #[inline(never)]
+    fn string_escaped(&mut self, start: usize, mut p: usize) -> PyResult<JStr<'a>> {
+        let s = self.src;
         let mut buf: Vec<u8> = Vec::with_capacity(p - start + 16);
         let mut wtf = false;
         let mut run = start;
@@ -316,48 +323,7 @@ impl<'a> Parser<'a> {
                 b'\\' => {
                     self.utf8(&s[run..p], run)?;
                     buf.extend_from_slice(&s[run..p]);
-                    let esc = s.get(p + 1).copied();
-                    p += 2;
-                    match esc {
-                        Some(b'"') => buf.push(b'"'),
-                        Some(b'\\') => buf.push(b'\\'),
-                        Some(b'/') => buf.push(b'/'),
-                        Some(b'b') => buf.push(0x08),
-                        Some(b'f') => buf.push(0x0c),
-                        Some(b'n') => buf.push(b'\n'),
-                        Some(b'r') => buf.push(b'\r'),
-                        Some(b't') => buf.push(b'\t'),
-                        Some(b'u') => {
-                            let hi = self.hex4(p)?;
-                            p += 4;
-                            let mut cp = hi as u32;
-                            if (0xD800..0xDC00).contains(&hi)
-                                && s.get(p) == Some(&b'\\')
-                                && s.get(p + 1) == Some(&b'u')
-                            {
-                                let lo = self.hex4(p + 2)?;
-                                if (0xDC00..0xE000).contains(&lo) {
-                                    cp = 0x10000
-                                        + (((hi as u32) - 0xD800) << 10)
-                                        + (lo as u32 - 0xDC00);
-                                    p += 6;
-                                }
-                            }
-                            if (0xD800..0xE000).contains(&cp) {
-                                // a lone surrogate: Python keeps it, as surrogatepass UTF-8
-                                wtf = true;
-                                buf.push(0xED);
-                                buf.push(0x80 | ((cp >> 6) & 0x3F) as u8);
-                                buf.push(0x80 | (cp & 0x3F) as u8);
-                            } else {
-                                let c = char::from_u32(cp)
-                                    .ok_or_else(|| self.err_at(p, "invalid \\u escape"))?;
-                                let mut tmp = [0u8; 4];
-                                buf.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
-                            }
-                        }
-                        _ => return Err(self.err_at(p - 2, "invalid escape in a string")),
-                    }
+                    p = self.unescape(p, &mut buf, &mut wtf)?;
                     run = p;
                 }
                 0..=0x1f => {
@@ -373,6 +339,55 @@ impl<'a> Parser<'a> {
             Ok(s) => Ok(JStr::Str(Cow::Owned(s))),
             Err(_) => Err(self.err_at(start, "invalid UTF-8 in a string")),
         }
+    }
+
+    /// Append the escape at `p` (a backslash) to `buf`; returns where the string goes on. `wtf` is
+    /// set when a lone surrogate was written.
+    fn unescape(&self, p: usize, buf: &mut Vec<u8>, wtf: &mut bool) -> PyResult<usize> {
+        let simple = match self.src.get(p + 1).copied() {
+            Some(b'"') => b'"',
+            Some(b'\\') => b'\\',
+            Some(b'/') => b'/',
+            Some(b'b') => 0x08,
+            Some(b'f') => 0x0c,
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b't') => b'\t',
+            Some(b'u') => return self.unescape_u(p + 2, buf, wtf),
+            _ => return Err(self.err_at(p, "invalid escape in a string")),
+        };
+        buf.push(simple);
+        Ok(p + 2)
+    }
+
+    /// Append the code point of the `\u` escape whose four hex digits start at `p` (and of the
+    /// low surrogate's escape right after, when the pair makes one code point); returns where the
+    /// string goes on.
+    fn unescape_u(&self, mut p: usize, buf: &mut Vec<u8>, wtf: &mut bool) -> PyResult<usize> {
+        let s = self.src;
+        let hi = self.hex4(p)?;
+        p += 4;
+        let mut cp = hi as u32;
+        if (0xD800..0xDC00).contains(&hi) && s.get(p) == Some(&b'\\') && s.get(p + 1) == Some(&b'u')
+        {
+            let lo = self.hex4(p + 2)?;
+            if (0xDC00..0xE000).contains(&lo) {
+                cp = 0x10000 + (((hi as u32) - 0xD800) << 10) + (lo as u32 - 0xDC00);
+                p += 6;
+            }
+        }
+        if (0xD800..0xE000).contains(&cp) {
+            // a lone surrogate: Python keeps it, as surrogatepass UTF-8
+            *wtf = true;
+            buf.push(0xED);
+            buf.push(0x80 | ((cp >> 6) & 0x3F) as u8);
+            buf.push(0x80 | (cp & 0x3F) as u8);
+        } else {
+            let c = char::from_u32(cp).ok_or_else(|| self.err_at(p, "invalid \\u escape"))?;
+            let mut tmp = [0u8; 4];
+            buf.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
+        }
+        Ok(p)
     }
 
     fn hex4(&self, p: usize) -> PyResult<u16> {
