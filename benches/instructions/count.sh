@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per call of one operation, counted by valgrind's callgrind: steady and machine-independent where
-# wall time on a shared 2-CPU machine is not. Each change to a hot path in DEVELOPERS.md was measured this way.
+# wall time on a shared 2-CPU machine is not. Each change to a hot path in benches/PERFORMANCE.md was measured this way.
 #
 #   bash benches/instructions/count.sh CASE [N] [TOP]
 #

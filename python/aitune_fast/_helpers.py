@@ -118,41 +118,31 @@ def _fresh_batch(tensor: torch.Tensor, axes: Any, batch_size: int, torch: Any, p
     entry, with stride 0, of every axis that grows; one `clone` materialises it (contiguous where an
     axis grows, as `repeat` would make it). Returns `tensor` itself when no axis changes, and
     `NotImplemented` where the view cannot express the result (subclasses, other layouts, quantized or
-    nested tensors, an axis of size 0 that must grow, an axis out of range): the caller runs `_batch`.
+    nested tensors, and what `_target_sizes` refuses): the caller runs `_batch`.
     Conjugate and negative views keep their bit through both calls, as through `_batch`'s.
     """
     if type(tensor) not in plain or tensor.layout is not torch.strided or tensor.is_quantized or tensor.is_nested:
         return NotImplemented
-    sizes = list(tensor.shape)
-    strides = None
+    shape = tensor.shape
+    sizes = _target_sizes(shape, axes, batch_size)
+    if sizes is None:
+        return tensor
+    if sizes is NotImplemented:
+        return NotImplemented
+    strides = list(tensor.stride())
     grows = False
-    rank = len(sizes)
-    for axis, multiplier in axes:
-        if type(axis) is not int or not -rank <= axis < rank:
-            return NotImplemented
-        target = multiplier * batch_size
-        size = sizes[axis]
-        if size == target:
-            continue
-        if type(target) is not int or size == 0 or target < 0:
-            return NotImplemented
-        if strides is None:
-            strides = list(tensor.stride())
-        sizes[axis] = target
+    for axis, (size, target) in enumerate(zip(shape, sizes, strict=True)):
         if size < target:
             strides[axis] = 0
             grows = True
-    if strides is None:
-        return tensor
     view = tensor.as_strided(sizes, strides, tensor.storage_offset())
     return view.clone(memory_format=torch.contiguous_format) if grows else view.clone()
 
 
-def _target_sizes(tensor: torch.Tensor, axes: Any, batch_size: int) -> Any:
-    """`tensor`'s shape batched, as a tuple; None where no axis changes, `NotImplemented` where a view
-    cannot express the result (an axis of size 0 that must grow, an axis out of range, a size or
-    target that is no int): `_fresh_batch`'s checks, for a group."""
-    shape = tensor.shape
+def _target_sizes(shape: Any, axes: Any, batch_size: int) -> Any:
+    """`shape` batched, as a list; None where no axis changes, `NotImplemented` where a strided view
+    cannot express the result (an axis of size 0 that must grow, an axis out of range, a target that
+    is no int or is negative). `axes` holds `(axis, multiplier)` pairs."""
     sizes = None
     rank = len(shape)
     for axis, multiplier in axes:
@@ -167,7 +157,7 @@ def _target_sizes(tensor: torch.Tensor, axes: Any, batch_size: int) -> Any:
         if sizes is None:
             sizes = list(shape)
         sizes[axis] = target
-    return None if sizes is None else tuple(sizes)
+    return sizes
 
 
 # Small tensors of the same kind, shape and batched shape are batched together: one `torch.stack`, one
@@ -199,7 +189,7 @@ def _group_dtypes(torch: Any) -> frozenset:
     )
 
 
-def _batch_group(tensors: list[torch.Tensor], sizes: tuple[int, ...], torch: Any) -> Any:
+def _batch_group(tensors: list[torch.Tensor], sizes: list[int], torch: Any) -> Any:
     """The batched copies of `tensors` (plain, contiguous, of one shape, dtype and device), as
     `_fresh_batch` makes them: contiguous, each its own storage."""
     shape = tensors[0].shape
@@ -270,7 +260,7 @@ def _batch_all(
     group_dtypes = _group_dtypes(torch) if groups else frozenset()
     for (_, dtype, _, axes), indices in groups.items():
         first = read[indices[0]]
-        sizes = _target_sizes(first, axes, batch_size)
+        sizes = _target_sizes(first.shape, axes, batch_size)
         if sizes is None:
             continue  # no axis changes
         nbytes = first.numel() * dtype.itemsize

@@ -74,6 +74,9 @@ _OURS: dict[str, Any] = {
     "batch_tensor": aitune_fast.batch_tensor,
     "ExactSampleMetadata": aitune_fast.ExactSampleMetadata,
 }
+# the swapped classes whose objects are converted between AITune's and ours: metadata, locators, specs, object types
+_CONVERTED = ("SampleMetadata", "ExactSampleMetadata", "Locator", "TensorSpec", "ObjectType")
+_OUR_TYPES = tuple(_OURS[name] for name in _CONVERTED)
 _GLOBAL_CONTEXT_MODULE = "aitune.global_context"
 _CONFIG_MODULE = "aitune.torch.config"
 _TUNED_MODULE = "aitune.torch.module.tuned_module"
@@ -431,7 +434,7 @@ def _ours_of(md: Any) -> Any:
     reference = _state.reference
     ours = aitune_fast.ExactSampleMetadata if type(md) is reference.get("ExactSampleMetadata") else None
     ours = ours or aitune_fast.SampleMetadata
-    tensors = [(_our_locator(loc), _our_spec(spec)) for loc, spec in md._tensor_data]
+    tensors = [(_our_locator(loc), _spec_as(aitune_fast.TensorSpec, spec)) for loc, spec in md._tensor_data]
     others = [(_our_locator(loc), value) for loc, value in md._other_data]
     built = ours(tensors, others, md._strict, md._llm_phase)
     # Metadata built from Python lists compares through those lists; a JSON round trip gives the
@@ -449,10 +452,9 @@ def _our_locator(loc: Any) -> Any:
     return aitune_fast.Locator(steps, bool(loc._is_output))
 
 
-def _our_spec(spec: Any) -> Any:
-    return aitune_fast.TensorSpec(
-        list(spec.shape), list(spec.min_shape), list(spec.max_shape), spec.dtype, list(spec._bs_multipliers)
-    )
+def _spec_as(cls: Any, spec: Any) -> Any:
+    """A `cls` (our ``TensorSpec`` or AITune's) equal to `spec` (of the other world's class)."""
+    return cls(list(spec.shape), list(spec.min_shape), list(spec.max_shape), spec.dtype, list(spec._bs_multipliers))
 
 
 def _reference_locator(loc: Any) -> Any:
@@ -465,18 +467,11 @@ def _reference_locator(loc: Any) -> Any:
     )
 
 
-def _reference_spec(spec: Any) -> Any:
-    """AITune's ``TensorSpec`` equal to our `spec`."""
-    return _state.reference["TensorSpec"](
-        list(spec.shape), list(spec.min_shape), list(spec.max_shape), spec.dtype, list(spec._bs_multipliers)
-    )
-
-
 def _reference_parts(md: Any) -> tuple[list, list, bool, Any]:
     """AITune objects equal to our `md`'s content: (tensor_data, other_data, strict, llm_phase)."""
     # __reduce__ gives fresh (Locator, TensorSpec) pairs without building md's Python view
     tensors, others, strict, phase = md.__reduce__()[1]
-    ref_tensors = [(_reference_locator(loc), _reference_spec(spec)) for loc, spec in tensors]
+    ref_tensors = [(_reference_locator(loc), _spec_as(_state.reference["TensorSpec"], spec)) for loc, spec in tensors]
     ref_others = [(_reference_locator(loc), value) for loc, value in others]
     return ref_tensors, ref_others, bool(strict), phase
 
@@ -503,8 +498,8 @@ def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
     if "SampleMetadata" not in reference:
         return []  # AITune's metadata never loaded: no live objects to convert
     source = reference["SampleMetadata"] if to_ours else aitune_fast.SampleMetadata
-    skip = tuple(t for t in (reference["SampleMetadata"], reference.get("Locator"), reference.get("TensorSpec")) if t)
-    skip += _OUR_TYPES
+    # not looked into: the metadata, locators and specs the scan converts
+    skip = tuple(reference[n] for n in _CONVERTED if n in reference and n != "ObjectType") + _OUR_TYPES
     convert = _ours_of if to_ours else _reference_of
     memo: dict[int, tuple[Any, Any]] = {}
     stale: list[tuple[Any, Any]] = []
@@ -843,7 +838,7 @@ def _reference_object(obj: Any) -> Any:
     if isinstance(obj, aitune_fast.Locator):
         return _reference_locator(obj)
     if isinstance(obj, aitune_fast.TensorSpec):
-        return _reference_spec(obj)
+        return _spec_as(_state.reference["TensorSpec"], obj)
     return _state.reference["ObjectType"](int(obj))
 
 
@@ -854,19 +849,10 @@ def _our_object(obj: Any) -> Any:
     if cls is reference.get("Locator"):
         return _our_locator(obj)
     if cls is reference.get("TensorSpec"):
-        return _our_spec(obj)
+        return _spec_as(aitune_fast.TensorSpec, obj)
     if cls is reference.get("ObjectType"):
         return aitune_fast.ObjectType(int(obj))
     return _ours_of(obj)
-
-
-_OUR_TYPES = (
-    aitune_fast.SampleMetadata,
-    aitune_fast.ExactSampleMetadata,
-    aitune_fast.Locator,
-    aitune_fast.TensorSpec,
-    aitune_fast.ObjectType,
-)
 
 
 class _ReferencePickler(pickle._Pickler):  # type: ignore[name-defined]
@@ -879,7 +865,8 @@ class _ReferencePickler(pickle._Pickler):  # type: ignore[name-defined]
     def __init__(self, file: Any, protocol: int | None = None, **kwargs: Any) -> None:
         super().__init__(file, protocol, **kwargs)
         self._names = _reference_names()
-        complete = all(n in _state.reference for n in ("SampleMetadata", "Locator", "ObjectType", "TensorSpec"))
+        # without AITune's ExactSampleMetadata, ours is written as AITune's SampleMetadata (`_reference_of`)
+        complete = all(n in _state.reference for n in _CONVERTED if n != "ExactSampleMetadata")
         self._ours = _OUR_TYPES if complete else ()
         self._converted: dict[int, tuple[Any, Any]] = {}  # id(ours) -> (ours, AITune's): shared stays shared
 
@@ -959,9 +946,6 @@ def _ours_in(value: Any, kinds: set[int], memo: dict[int, tuple[Any, Any]], seen
             done = memo[id(value)] = (value, _our_object(value))
         return done[1]
     return value
-
-
-_CONVERTED = ("SampleMetadata", "ExactSampleMetadata", "Locator", "TensorSpec", "ObjectType")
 
 
 def _reference_types() -> set[int]:
