@@ -162,7 +162,6 @@ fn build_with_python_specs(
     })
 }
 
-/// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
 /// The `strict` argument of the constructors and `from_inputs`/`from_outputs`: its truth value,
 /// `False` when not given.
 pub fn strict_flag(strict: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
@@ -172,6 +171,7 @@ pub fn strict_flag(strict: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
     }
 }
 
+/// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
 pub fn resolve_batch_size(py: Python<'_>, batch_size: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     let chosen = match batch_size {
         Some(b) if b.is_truthy()? => Some(b.clone()),
