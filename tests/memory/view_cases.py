@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from robust_cases import fast, ref
+from impls import fast, ref
 
 NAN = float("nan")
 

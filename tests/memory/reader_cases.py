@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from robust_cases import fast, outcome, ref
+from impls import fast, outcome, ref
 
 
 def _phase(sm_cls, make_cp, strict: bool = True) -> list:

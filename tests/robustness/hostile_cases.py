@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import sys
 import weakref
 from unittest import mock
 
 import numpy as np
 import torch
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-from parity import canon, md_snap  # noqa: E402
-from robust_cases import fast as load_fast  # noqa: E402
-from robust_cases import ref as load_ref  # noqa: E402
+from impls import fast as load_fast
+from impls import ref as load_ref
+from parity import canon, md_snap
 
 # --------------------------------------------------------------------------------------------- hostile types
 

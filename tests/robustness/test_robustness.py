@@ -15,7 +15,7 @@ import pytest
 import robust_cases as rc
 from child import run_child
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ============================================================================================== cycles
