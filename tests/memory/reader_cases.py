@@ -1,4 +1,4 @@
-"""Scenarios for the tensor reader tests (issue 10, issue 11), run in child processes by ``child.run_child``.
+"""Scenarios for the tensor reader tests, run in child processes by ``child.run_child``.
 
 Each returns JSON-ready data. Reading ``cache_position[0]`` once segfaulted on views into freed or shrunk storage
 and under ``torch.func.functionalize``; those cases run here, in a child, so that a crash fails one test.

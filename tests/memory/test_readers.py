@@ -1,6 +1,6 @@
-"""The tensor readers (issue 10): every reader gives the reference's results, for every torch dtype; the reader is
+"""The tensor readers: every reader gives the reference's results, for every torch dtype; the reader is
 chosen and reported as documented; the extension does not link torch; reading ``cache_position[0]`` never touches
-memory torch would refuse (issue 11). Crash-prone cases run in child processes (``child.run_child``)."""
+memory torch would refuse. Crash-prone cases run in child processes (``child.run_child``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypothesis-driven differential fuzzing of hostile inputs (issue 11), run in a child process by
+"""Hypothesis-driven differential fuzzing of hostile inputs, run in a child process by
 ``test_robustness_hypothesis.py`` so that a crash fails the test instead of killing pytest.
 
 A drawn *recipe* (plain data) is built twice into fresh objects, once for the reference and once for aitune_fast,

@@ -1420,10 +1420,7 @@ def rss_everything(warmup: int, cycles: int) -> dict:
             _ = md == md2, md != md2, hash(md2)
             md.update_shapes_seen(md2)
             _ = md.tensor_data, md.other_data, md.tensor_specs, str(md), md.to_json_dict()
-            try:
-                _ = md2.to_json()
-            except NotImplementedError:
-                pass  # not written yet (issue 4)
+            _ = md2.to_json()
             ex = F.ExactSampleMetadata.from_inputs(inputs)
             _ = hash(ex), ex == ex
             for loc, _value in F.Locator.find_leaves(inputs):
