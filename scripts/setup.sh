@@ -30,7 +30,7 @@ if [ ! -f "$AITUNE_STAMP" ]; then
     touch "$AITUNE_STAMP"
 fi
 # The release tools (scripts/release_tools.sh: maturin, zig, auditwheel, actionlint), kept in the cache folder and
-# made once; tests/test_packaging.py lints the release workflow with actionlint.
+# made once; tests/packaging/test_packaging.py lints the release workflow with actionlint.
 . scripts/release_tools.sh
 ensure_tools || { echo "cannot install the release tools (scripts/release_tools.sh)" >&2; exit 1; }
 # maturin develop rebuilds only what changed; --release because the benchmark measures this build.

@@ -19,34 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 
-_PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
+TESTS_DIR = Path(__file__).resolve().parent
+# Helpers every folder shares (``parity``, ``child``, ``impls``) live in ``support/``; each test folder keeps its own
+# child scripts and scenario modules beside its tests (pytest puts a test's folder on sys.path).
+sys.path.insert(0, str(TESTS_DIR / "support"))
 if importlib.util.find_spec("aitune_fast") is None:
-    sys.path.insert(0, str(_PYTHON_DIR))
+    sys.path.insert(0, str(TESTS_DIR.parent / "python"))
 
-try:
-    from aitune_fast._reference import load_reference
-except ImportError:
-    # The package itself does not import (e.g. the extension is not built yet): load the stdlib-only
-    # ``_reference.py`` straight from its file so that reference-vs-reference runs still work.
-    _spec = importlib.util.spec_from_file_location(
-        "_aitune_fast_reference", _PYTHON_DIR / "aitune_fast" / "_reference.py"
-    )
-    _module = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_module)
-    load_reference = _module.load_reference
+from impls import ref as _load_reference  # noqa: E402
 
 AGAINST_REFERENCE = os.environ.get("AITUNE_FAST_TESTS_AGAINST_REFERENCE", "") == "1"
-
-_REFERENCE: SimpleNamespace | None = None
-
-
-def _load_reference() -> SimpleNamespace:
-    # load_reference() cannot be called twice in one process (the second find_spec("aitune") sees the stub
-    # package, whose __spec__ is None, and raises ValueError), so it is called once and the result is reused.
-    global _REFERENCE
-    if _REFERENCE is None:
-        _REFERENCE = load_reference()
-    return _REFERENCE
 
 
 def _load_fast() -> SimpleNamespace:

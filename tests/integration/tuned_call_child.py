@@ -13,12 +13,12 @@ PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
-import traceback
 import warnings
+
+from child_kit import quick_strategy, report
 
 warnings.filterwarnings("ignore")
 
@@ -215,14 +215,9 @@ def toggles(aitune_fast, m, x, expected):
 
 
 def tune(ait, torch, probe_cls, name):
-    from aitune.torch.backend import TorchEagerBackend
-
-    strategy = ait.OneBackendStrategy(TorchEagerBackend())
-    strategy.enable_performance_validation(False)
-    strategy.enable_find_max_batch_size(False)
     torch.manual_seed(0)
     probe = probe_cls().eval()
-    m = ait.Module(probe, name, strategy=strategy)
+    m = ait.Module(probe, name, strategy=quick_strategy(ait))
     ait.tune(m, torch.randn(4), batch_sizes=[1, 2], device="cpu")
     return m, probe
 
@@ -292,9 +287,4 @@ def main(mode: str, workdir: str) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        result = main(sys.argv[1], sys.argv[2])
-    except Exception:  # noqa: BLE001
-        result = {"error": traceback.format_exc()}
-    sys.stdout.flush()
-    print("\n" + json.dumps(result))
+    report(main, *sys.argv[1:3])

@@ -10,20 +10,17 @@ collectives and give every rank the same outputs, keys and backends as stock.
 
 from __future__ import annotations
 
-import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from child import run_script
 
-HERE = Path(__file__).resolve().parent
-CHILD = HERE / "distributed_child.py"
-STUB = HERE / "fixtures" / "tensorrt_stub"
+CHILD = Path(__file__).resolve().parent / "distributed_child.py"
 TIMEOUT_S = 600
 MODELS = ("mlp", "llm")
+# the child sets up its own process group: none of the parent's may leak into it
+DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _free_port() -> int:
@@ -35,22 +32,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     workdir = tmp_path_factory.mktemp("distributed")
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
-    for name in ("AUTOWRAPT_BOOTSTRAP", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        environ.pop(name, None)
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), str(workdir), str(_free_port())],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=environ,
-        cwd=str(workdir),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert proc.returncode == 0 and lines, f"distributed child failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    out = json.loads(lines[-1])
-    assert "error" not in out, out["error"]
+    port = str(_free_port())
+    out = run_script(CHILD, str(workdir), port, workdir=workdir, timeout=TIMEOUT_S, drop=DISTRIBUTED_ENV)
     for rank in out["ranks"]:
         assert "error" not in rank, f"rank {rank['rank']}:\n{rank['error']}"
     return out["ranks"]

@@ -20,7 +20,6 @@ Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; t
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import traceback
@@ -29,22 +28,13 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
+from child_kit import block_aitune_fast, quick_strategy, report
+from child_kit import mlp as build_mlp
+
 warnings.filterwarnings("ignore")
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 N_LAYERS = 24
-
-
-def block_aitune_fast() -> None:
-    """Make ``import aitune_fast`` fail, as in an environment without it."""
-
-    class _Block:
-        def find_spec(self, name, path=None, target=None):
-            if name == "aitune_fast" or name.startswith("aitune_fast."):
-                raise ImportError(f"{name} is blocked in this child (a stock AITune)")
-            return None
-
-    sys.meta_path.insert(0, _Block())
 
 
 def models():
@@ -71,8 +61,7 @@ def models():
             return self.lin(x) + cache.keys.sum(-1, keepdim=True)
 
     def mlp():
-        torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+        return build_mlp(torch)
 
     def llm():
         torch.manual_seed(1)
@@ -111,17 +100,13 @@ def llm_sample(torch, seq=1):
 
 def run_all(ait, torch, tag, workdir, results):
     """Tune every model with OneBackendStrategy(TorchEagerBackend()); record keys and outputs."""
-    from aitune.torch.backend import TorchEagerBackend
     from aitune.torch.module.tensor_spec import InfoLevel
     from aitune.torch.module_registry import MODULE_REGISTRY
 
     mlp, llm, cache_user = models()
 
     def strategy():
-        s = ait.OneBackendStrategy(TorchEagerBackend())
-        s.enable_performance_validation(False)
-        s.enable_find_max_batch_size(False)
-        return s
+        return quick_strategy(ait)
 
     def keys(tuned):
         out = []
@@ -224,10 +209,7 @@ def jit_run(ait, torch):
         torch.manual_seed(0)
         return MLP().eval()
 
-    strategy = ait.OneBackendStrategy(TorchInductorJitBackend())
-    strategy.enable_performance_validation(False)
-    strategy.enable_find_max_batch_size(False)
-    ait.jit_config.strategy = strategy
+    ait.jit_config.strategy = quick_strategy(ait, TorchInductorJitBackend())
     ait.jit_config.min_samples = 2
     ait.jit_config.device = "cpu"
 
@@ -301,9 +283,7 @@ def onnx_tune(ait, torch, tag, workdir):
     inputs = onnx_inputs(torch)
     for name, build in (("mlp", mlp), ("llm", llm)):
         MODULE_REGISTRY.clear()
-        s = ait.OneBackendStrategy(ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False)))
-        s.enable_performance_validation(False)
-        s.enable_find_max_batch_size(False)
+        s = quick_strategy(ait, ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False)))
         m = ait.Module(build(), f"onnx-{name}-{tag}", strategy=s)
         if name == "mlp":
             ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
@@ -690,12 +670,7 @@ def early_mode(workdir):
                     if value.__module__.startswith("aitune.torch.module."):
                         defined.append(f"{name}.{attribute}")
     mlp, _, _ = models()
-    from aitune.torch.backend import TorchEagerBackend
-
-    s = ait.OneBackendStrategy(TorchEagerBackend())
-    s.enable_performance_validation(False)
-    s.enable_find_max_batch_size(False)
-    m = ait.Module(mlp(), "mlp-early", strategy=s)
+    m = ait.Module(mlp(), "mlp-early", strategy=quick_strategy(ait))
     ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
     key = next(iter(m.module.backends))
     return {
@@ -741,15 +716,6 @@ def checked(fn, *args) -> dict:
         return {"ok": fn(*args)}
     except Exception:  # noqa: BLE001
         return {"error": traceback.format_exc()}
-
-
-def quick_strategy(ait):
-    from aitune.torch.backend import TorchEagerBackend
-
-    s = ait.OneBackendStrategy(TorchEagerBackend())
-    s.enable_performance_validation(False)
-    s.enable_find_max_batch_size(False)
-    return s
 
 
 def captured_ours(aitune_fast, module_names=True) -> list[str]:
@@ -1110,19 +1076,14 @@ def edges_mode(workdir):
 
 
 if __name__ == "__main__":
-    mode, workdir = sys.argv[1], sys.argv[2]
-    try:
-        out = {
-            "main": main_mode,
-            "stock": stock_mode,
-            "autowrapt": autowrapt_mode,
-            "early": early_mode,
-            "onnx": onnx_mode,
-            "onnx_stock": onnx_stock_mode,
-            "weights_only": weights_only_mode,
-            "edges": edges_mode,
-        }[mode](workdir)
-    except BaseException:  # noqa: BLE001
-        out = {"error": traceback.format_exc()}
-    sys.stdout.flush()
-    print("\n" + json.dumps(out))
+    MODES = {
+        "main": main_mode,
+        "stock": stock_mode,
+        "autowrapt": autowrapt_mode,
+        "early": early_mode,
+        "onnx": onnx_mode,
+        "onnx_stock": onnx_stock_mode,
+        "weights_only": weights_only_mode,
+        "edges": edges_mode,
+    }
+    report(lambda mode, workdir: MODES[mode](workdir), *sys.argv[1:3])

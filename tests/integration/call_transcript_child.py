@@ -16,29 +16,19 @@ PYTHONPATH.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import sys
 import threading
 import traceback
 import warnings
 
+from child_kit import block_aitune_fast, quick_strategy, report
+from child_kit import mlp as build_mlp
+
 warnings.filterwarnings("ignore")
 
 N_LAYERS = 4
 NVTX_LOG = os.environ.get("NVTX_RECORDER_LOG")
-
-
-def block_aitune_fast() -> None:
-    """Make ``import aitune_fast`` fail, as in an environment without it."""
-
-    class _Block:
-        def find_spec(self, name, path=None, target=None):
-            if name == "aitune_fast" or name.startswith("aitune_fast."):
-                raise ImportError(f"{name} is blocked in this child (a stock AITune)")
-            return None
-
-    sys.meta_path.insert(0, _Block())
 
 
 class Recorder:
@@ -231,8 +221,7 @@ def build_models(torch):
         forward.__signature__ = inspect.signature(_impl)
 
     def mlp():
-        torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+        return build_mlp(torch)
 
     def probe():
         torch.manual_seed(1)
@@ -279,14 +268,10 @@ def llm_sample(torch, kind, batch=1):
 
 
 def tune(ait, torch, name, build, tag):
-    from aitune.torch.backend import TorchEagerBackend
     from aitune.torch.module_registry import MODULE_REGISTRY
 
-    strategy = ait.OneBackendStrategy(TorchEagerBackend())
-    strategy.enable_performance_validation(False)
-    strategy.enable_find_max_batch_size(False)
     MODULE_REGISTRY.clear()
-    module = ait.Module(build(), f"{name}-{tag}", strategy=strategy)
+    module = ait.Module(build(), f"{name}-{tag}", strategy=quick_strategy(ait))
     if name in ("mlp", "probe"):
         ait.tune(module, torch.randn(16), batch_sizes=[1, 2], device="cpu")
     elif name == "signature":
@@ -716,7 +701,6 @@ def section_thread(torch, tuned) -> dict:
 
 def jit_module(ait, torch):
     """A module tuned just in time (``patch_for_jit_tuning``, TorchEager): it tunes itself on its first calls."""
-    from aitune.torch.backend import TorchEagerBackend
 
     class JitMLP(torch.nn.Module):  # not a container: AITune's JIT patcher skips those
         def __init__(self):
@@ -728,10 +712,7 @@ def jit_module(ait, torch):
             REC.add("jit forward", torch.is_grad_enabled())
             return self.b(torch.relu(self.a(x)))
 
-    strategy = ait.OneBackendStrategy(TorchEagerBackend())
-    strategy.enable_performance_validation(False)
-    strategy.enable_find_max_batch_size(False)
-    ait.jit_config.strategy = strategy
+    ait.jit_config.strategy = quick_strategy(ait)
     ait.jit_config.min_samples = 2
     ait.jit_config.device = "cpu"
 
@@ -886,9 +867,4 @@ def main(mode: str, workdir: str) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        out = main(sys.argv[1], sys.argv[2])
-    except BaseException:  # noqa: BLE001
-        out = {"error": traceback.format_exc()}
-    sys.stdout.flush()
-    print("\n" + json.dumps(out))
+    report(main, *sys.argv[1:3])

@@ -17,6 +17,9 @@ import sys
 import traceback
 import warnings
 
+from child_kit import mlp as build_mlp
+from child_kit import quick_strategy, report
+
 warnings.filterwarnings("ignore")
 
 WORLD_SIZE = 2
@@ -51,8 +54,7 @@ def models(torch):
             return h + cache_position.float()[:, None] * 0.001
 
     def mlp():
-        torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+        return build_mlp(torch)
 
     def llm():
         torch.manual_seed(1)
@@ -82,7 +84,6 @@ def inputs(torch, rank):
 
 def flow(ait, torch, rank, folder, tag) -> dict:
     """Tune, call, save, load, call: outputs and backend facts of both modules."""
-    from aitune.torch.backend import TorchEagerBackend
     from aitune.torch.module.tensor_spec import InfoLevel
     from aitune.torch.module_registry import MODULE_REGISTRY
 
@@ -90,11 +91,8 @@ def flow(ait, torch, rank, folder, tag) -> dict:
     builds = models(torch)
     out = {}
     for name, build in builds.items():
-        strategy = ait.OneBackendStrategy(TorchEagerBackend())
-        strategy.enable_performance_validation(False)
-        strategy.enable_find_max_batch_size(False)
         MODULE_REGISTRY.clear()
-        module = ait.Module(build(), f"{name}-{tag}", strategy=strategy)
+        module = ait.Module(build(), f"{name}-{tag}", strategy=quick_strategy(ait))
         if name == "mlp":
             ait.tune(
                 module, torch.randn(16, generator=torch.Generator().manual_seed(rank)), batch_sizes=[1, 2], device="cpu"
@@ -187,9 +185,4 @@ def main(workdir: str, port: int) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        out = main(sys.argv[1], int(sys.argv[2]))
-    except BaseException:  # noqa: BLE001
-        out = {"error": traceback.format_exc()}
-    sys.stdout.flush()
-    print("\n" + json.dumps(out))
+    report(lambda workdir, port: main(workdir, int(port)), *sys.argv[1:3])

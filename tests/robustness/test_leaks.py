@@ -1,4 +1,4 @@
-"""Leaks (issue 5): repeated use keeps the peak RSS flat, and dropped metadata keeps nothing alive.
+"""Leaks: repeated use keeps the peak RSS flat, and dropped metadata keeps nothing alive.
 
 The RSS measurements run in child processes (a clean heap, a time limit); the reference-count and garbage
 collection checks run here.

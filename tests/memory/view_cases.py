@@ -1,4 +1,4 @@
-"""Child-process scenarios for ``test_view.py`` (issue 11): Python code that changes a metadata's lists while a call
+"""Child-process scenarios for ``test_view.py``: Python code that changes a metadata's lists while a call
 is reading them, threads sharing one metadata, and the process-wide dtype table. Each returns JSON-ready data; the
 parent runs it with a time bound (``child.run_child``), so a panic, a crash or a hang fails the test cleanly."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from robust_cases import fast, ref
+from impls import fast, ref
 
 NAN = float("nan")
 

@@ -1,4 +1,4 @@
-"""The metadata's Python view (issues 9 and 11): ``tensor_data`` handed out and then changed, Python code that
+"""The metadata's Python view: ``tensor_data`` handed out and then changed, Python code that
 changes the lists while a call reads them, threads sharing one metadata, and the process-wide dtype table.
 
 Scenarios that could crash, panic or hang run in child processes (``view_cases.py``); the parity checks run here.
@@ -148,9 +148,9 @@ def _mutations():
 
 @pytest.mark.parametrize("mutate", _mutations(), ids=lambda f: f.__name__)
 def test_a_changed_handed_out_spec_changes_the_metadata_as_in_the_reference(ref, fast, mutate):
-    """After ``tensor_data`` was read, ``==``/``hash`` use the compact form while the specs are unchanged (issue
-    9's performance trap); after each kind of change they and everything else report what the reference reports:
-    equality classes and hashes against fresh and handed-out metadata, plain and exact, and every reading."""
+    """After ``tensor_data`` was read, ``==``/``hash`` use the compact form while the specs are unchanged (no
+    conversion on every comparison); after each kind of change they and everything else report what the reference
+    reports: equality classes and hashes against fresh and handed-out metadata, plain and exact, and every reading."""
 
     def run(impl):
         md = SM(impl).from_inputs(_llm_like(), strict=True)

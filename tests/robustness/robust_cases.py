@@ -1,4 +1,4 @@
-"""Scenarios for the robustness tests (issue 5), run in child processes by ``child.run_child``.
+"""Scenarios for the robustness tests, run in child processes by ``child.run_child``.
 
 Every public function here runs one scenario and returns JSON-ready data for the parent test to check. They
 import torch, the reference and aitune_fast lazily, so that importing this module is cheap.
@@ -15,37 +15,10 @@ from collections import UserDict
 from types import MappingProxyType
 from typing import Any
 
+from impls import fast, outcome, ref
+
 SMALL_STACK = 512 * 1024  # macOS's default for secondary threads; far below glibc's 8 MiB
 DEEP = 100_000
-
-_REF = None
-
-
-def ref():
-    """The reference modules; inside pytest, the ones conftest already loaded (it can be loaded only once)."""
-    global _REF
-    if _REF is None:
-        import sys
-
-        conftest = sys.modules.get("conftest")
-        if conftest is not None and hasattr(conftest, "_load_reference"):
-            _REF = conftest._load_reference()
-        else:
-            from aitune_fast._reference import load_reference
-
-            _REF = load_reference()
-    return _REF
-
-
-def fast():
-    import aitune_fast
-    import aitune_fast.exact_sample_metadata
-    import aitune_fast.global_context
-    import aitune_fast.locator
-    import aitune_fast.sample_metadata
-    import aitune_fast.tensor_spec
-
-    return aitune_fast
 
 
 def vm_hwm_mib() -> float:
@@ -54,19 +27,6 @@ def vm_hwm_mib() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM")
-
-
-def outcome(fn) -> list:
-    """``["ok", repr-ish]`` or ``["raise", exception class name, message head]``; a PanicException counts too."""
-    try:
-        value = fn()
-    except BaseException as exc:  # noqa: BLE001 - PanicException derives from BaseException
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        return ["raise", type(exc).__name__, str(exc)[:300]]
-    if isinstance(value, (bool, int, str, type(None))):
-        return ["ok", value]
-    return ["ok", type(value).__name__]
 
 
 def in_thread(fn, stack: int):
@@ -1460,10 +1420,7 @@ def rss_everything(warmup: int, cycles: int) -> dict:
             _ = md == md2, md != md2, hash(md2)
             md.update_shapes_seen(md2)
             _ = md.tensor_data, md.other_data, md.tensor_specs, str(md), md.to_json_dict()
-            try:
-                _ = md2.to_json()
-            except NotImplementedError:
-                pass  # never taken: to_json() is implemented (the try/except can go)
+            _ = md2.to_json()
             ex = F.ExactSampleMetadata.from_inputs(inputs)
             _ = hash(ex), ex == ex
             for loc, _value in F.Locator.find_leaves(inputs):

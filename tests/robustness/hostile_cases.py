@@ -1,4 +1,4 @@
-"""Hypothesis-driven differential fuzzing of hostile inputs (issue 11), run in a child process by
+"""Hypothesis-driven differential fuzzing of hostile inputs, run in a child process by
 ``test_robustness_hypothesis.py`` so that a crash fails the test instead of killing pytest.
 
 A drawn *recipe* (plain data) is built twice into fresh objects, once for the reference and once for aitune_fast,
@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import sys
 import weakref
 from unittest import mock
 
 import numpy as np
 import torch
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-from parity import canon, md_snap  # noqa: E402
-from robust_cases import fast as load_fast  # noqa: E402
-from robust_cases import ref as load_ref  # noqa: E402
+from impls import fast as load_fast
+from impls import ref as load_ref
+from parity import canon, md_snap
 
 # --------------------------------------------------------------------------------------------- hostile types
 

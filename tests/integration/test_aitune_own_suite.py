@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from child import aitune_env
 
 HERE = Path(__file__).resolve().parent
-STUB = HERE / "fixtures" / "tensorrt_stub"
 TIMEOUT_S = 600
 SUBSET = (
     "tests/unit/torch/module",
@@ -50,12 +50,12 @@ def _suite_source() -> Path:
 
 def _run_suite(copy: Path, patched: bool) -> dict[str, str]:
     out = copy / f"outcomes-{'patched' if patched else 'stock'}.json"
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), str(HERE), environ.get("PYTHONPATH")]))
-    environ["AITUNE_CACHE_DIR"] = str(copy / f"cache-{patched}")
-    environ["AITUNE_SUITE_OUT"] = str(out)
-    environ["AITUNE_SUITE_PATCH"] = "1" if patched else "0"
-    environ.pop("AUTOWRAPT_BOOTSTRAP", None)
+    environ = aitune_env(
+        copy / f"cache-{patched}",
+        path=[HERE],  # for -p aitune_suite_plugin
+        AITUNE_SUITE_OUT=str(out),
+        AITUNE_SUITE_PATCH="1" if patched else "0",
+    )
     paths = [p for p in SUBSET if (copy / p).exists()]
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "aitune_suite_plugin"]
     command += ["--continue-on-collection-errors", "-o", "addopts=", *paths]

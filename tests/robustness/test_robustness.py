@@ -1,4 +1,4 @@
-"""Robustness (issue 5): cycles, depth, tensor kinds, other data and panics.
+"""Robustness: cycles, depth, tensor kinds, other data and panics.
 
 A library that runs inside every forward call must not hang, crash or leak. Where a hang or a crash is the
 failure mode, the scenario runs in a child process with a time limit (``child.run_child``; the scenarios are in
@@ -15,7 +15,7 @@ import pytest
 import robust_cases as rc
 from child import run_child
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ============================================================================================== cycles

@@ -1,6 +1,6 @@
-"""The tensor readers (issue 10): every reader gives the reference's results, for every torch dtype; the reader is
+"""The tensor readers: every reader gives the reference's results, for every torch dtype; the reader is
 chosen and reported as documented; the extension does not link torch; reading ``cache_position[0]`` never touches
-memory torch would refuse (issue 11). Crash-prone cases run in child processes (``child.run_child``)."""
+memory torch would refuse. Crash-prone cases run in child processes (``child.run_child``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import reader_cases as rc
 import torch
 from child import run_child
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = "AITUNE_FAST_TENSOR_READER"
 
 
@@ -288,10 +288,10 @@ def test_cache_position_under_functionalize_and_vmap_matches_the_reference():
 # ============================================================================================ parity under each reader
 
 PARITY_UNDER_PYTHON_READER = [
-    "tests/test_parity_sample_metadata.py",
-    "tests/test_parity_tensor_spec.py",
-    "tests/test_parity_exact.py",
-    "tests/test_parity_locator.py",
+    "tests/parity/test_parity_sample_metadata.py",
+    "tests/parity/test_parity_tensor_spec.py",
+    "tests/parity/test_parity_exact.py",
+    "tests/parity/test_parity_locator.py",
 ]
 
 

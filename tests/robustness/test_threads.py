@@ -1,4 +1,4 @@
-"""Thread safety (issue 5): concurrent use from many threads gives the single-threaded results and never crashes.
+"""Thread safety: concurrent use from many threads gives the single-threaded results and never crashes.
 
 The scenarios run in child processes with a time limit (a deadlock or a crash fails the test instead of hanging
 or killing pytest); they are in ``robust_cases.py``.

@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import shutil
 import subprocess
-import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aitune_fast
 import pytest
+from child import TESTS_DIR, run_script
 
-HERE = Path(__file__).resolve().parent
-CHILD = HERE / "call_transcript_child.py"
-STUB = HERE / "fixtures" / "tensorrt_stub"
-RECORDER_SOURCE = HERE / "fixtures" / "nvtx_recorder" / "nvtx_recorder.c"
+CHILD = Path(__file__).resolve().parent / "call_transcript_child.py"
+RECORDER_SOURCE = TESTS_DIR / "fixtures" / "nvtx_recorder" / "nvtx_recorder.c"
 TIMEOUT_S = 600
 
 SECTIONS = (
@@ -101,29 +98,10 @@ def _build_recorder(folder: Path) -> Path | None:
 
 
 def _run_child(mode: str, workdir: Path, recorder: Path | None, **env: str) -> dict:
-    workdir.mkdir(parents=True, exist_ok=True)
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
-    environ["AITUNE_CACHE_DIR"] = str(workdir / "cache")
-    for name in ("AUTOWRAPT_BOOTSTRAP", "NVTX_DISABLE", "TRANSCRIPT_SECTIONS", "AITUNE_HARDWARE_METRICS"):
-        environ.pop(name, None)
     if recorder is not None:
-        environ["NVTX_INJECTION64_PATH"] = str(recorder)
-        environ["NVTX_RECORDER_LOG"] = str(workdir / "nvtx.log")
-    environ.update(env)
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), mode, str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=environ,
-        cwd=str(workdir),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert proc.returncode == 0 and lines, f"child {mode} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    out = json.loads(lines[-1])
-    assert "error" not in out, f"child {mode} raised:\n{out['error']}"
-    return out
+        env = {"NVTX_INJECTION64_PATH": str(recorder), "NVTX_RECORDER_LOG": str(workdir / "nvtx.log"), **env}
+    drop = ("TRANSCRIPT_SECTIONS", "AITUNE_HARDWARE_METRICS")
+    return run_script(CHILD, mode, str(workdir), workdir=workdir, timeout=TIMEOUT_S, drop=drop, **env)
 
 
 NO_CALL_PATH_OPTION = "patch_aitune() has no call_path option: it patches the metadata only"

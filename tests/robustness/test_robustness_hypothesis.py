@@ -1,4 +1,4 @@
-"""Differential fuzzing of hostile inputs against the reference (issue 11), in a child process so that a crash
+"""Differential fuzzing of hostile inputs against the reference, in a child process so that a crash
 fails the test. ``AITUNE_FAST_HOSTILE_EXAMPLES`` sets the number of examples (default 300, derandomized);
 ``AITUNE_FAST_HOSTILE_SEED`` a random seed (0, the default: derandomized)."""
 

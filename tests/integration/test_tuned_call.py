@@ -9,17 +9,13 @@ hardware-metrics layers, grad mode) must agree with stock's.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from child import run_script
 
-HERE = Path(__file__).resolve().parent
-CHILD = HERE / "tuned_call_child.py"
-STUB = HERE / "fixtures" / "tensorrt_stub"
+CHILD = Path(__file__).resolve().parent / "tuned_call_child.py"
 TIMEOUT_S = 900
 MODES = ("stock", "late", "early", "meta")
 FAST = ("late", "early")
@@ -27,32 +23,14 @@ FAST = ("late", "early")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict]:
+    """Every mode at once, each in its own child (with its own AITune cache folder)."""
     workdir = tmp_path_factory.mktemp("tuned_call")
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
-    environ.pop("AUTOWRAPT_BOOTSTRAP", None)
-    environ.pop("NVTX_DISABLE", None)
-    procs = {
-        mode: subprocess.Popen(
-            [sys.executable, str(CHILD), mode, str(workdir)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            # One cache per child: ait.tune() empties its cache folder, which would pull
-            # the files out from under a sibling still tuning (seen in CI: a stock
-            # child's tune failed, so ait.load returned the bare module).
-            env={**environ, "AITUNE_CACHE_DIR": str(workdir / f"cache-{mode}")},
-            cwd=str(workdir),
-        )
-        for mode in MODES
-    }
-    out = {}
-    for mode, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-        lines = [line for line in stdout.splitlines() if line.strip()]
-        assert proc.returncode == 0 and lines, f"child {mode} failed ({proc.returncode}):\n{stderr[-4000:]}"
-        out[mode] = json.loads(lines[-1])
-        assert "error" not in out[mode], f"child {mode} raised:\n{out[mode]['error']}"
+    with ThreadPoolExecutor(max_workers=len(MODES)) as pool:
+        futures = {
+            mode: pool.submit(run_script, CHILD, mode, str(workdir), workdir=workdir, timeout=TIMEOUT_S)
+            for mode in MODES
+        }
+        out = {mode: future.result() for mode, future in futures.items()}
     if "skip" in out["stock"]:
         pytest.skip(out["stock"]["skip"])
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 import aitune_fast
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cargo_version() -> str:

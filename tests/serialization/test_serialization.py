@@ -1,4 +1,4 @@
-"""Issue 4: pickle-free serialisation of ``SampleMetadata``.
+"""Pickle-free serialisation of ``SampleMetadata``.
 
 - ``to_json()`` / ``SampleMetadata.from_json()``: exact round trips (hypothesis properties over generated
   metadata, symbolic axes learned by ``update_shapes_seen`` included), the shipped JSON Schema checked

@@ -1,4 +1,4 @@
-"""Issue 23 item 9: objects pickled by a stock AITune load into aitune_fast's classes.
+"""Objects pickled by a stock AITune load into aitune_fast's classes.
 
 A stock pickle (protocol 2+, what ``pickle.dumps`` and ``torch.save`` write) makes each object with
 ``cls.__new__(cls)`` and fills it with ``__setstate__(state)``, the stock object's ``__dict__`` (or

@@ -1,4 +1,4 @@
-"""Issue 11: inputs on which aitune_fast used to diverge from the reference, side by side with it.
+"""Hostile inputs side by side with the reference: the same results and the same exception types.
 
 Lone surrogates in strings, class objects as keys and values, objects that forward ``__class__`` (proxies,
 mocks), tensor subclasses with odd ``.shape`` values, dicts whose keys change during the walk, mappings

@@ -1,4 +1,4 @@
-"""Scenarios for the tensor reader tests (issue 10, issue 11), run in child processes by ``child.run_child``.
+"""Scenarios for the tensor reader tests, run in child processes by ``child.run_child``.
 
 Each returns JSON-ready data. Reading ``cache_position[0]`` once segfaulted on views into freed or shrunk storage
 and under ``torch.func.functionalize``; those cases run here, in a child, so that a crash fails one test.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from robust_cases import fast, outcome, ref
+from impls import fast, outcome, ref
 
 
 def _phase(sm_cls, make_cp, strict: bool = True) -> list:

@@ -13,9 +13,6 @@ The ``describe()`` tests at the end need no AITune and run in this process.
 from __future__ import annotations
 
 import enum
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,32 +20,14 @@ import aitune_fast
 import pytest
 import torch
 from aitune_fast._reference import load_reference
+from child import run_script
 
-HERE = Path(__file__).resolve().parent
-CHILD = HERE / "aitune_child.py"
-STUB = HERE / "fixtures" / "tensorrt_stub"
+CHILD = Path(__file__).resolve().parent / "aitune_child.py"
 TIMEOUT_S = 900
 
 
 def _run_child(mode: str, workdir: Path, **env: str) -> dict:
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUB), environ.get("PYTHONPATH")]))
-    environ.setdefault("AITUNE_CACHE_DIR", str(workdir / "cache"))
-    environ.pop("AUTOWRAPT_BOOTSTRAP", None)
-    environ.update(env)
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), mode, str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=environ,
-        cwd=str(workdir),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert proc.returncode == 0 and lines, f"child {mode} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    out = json.loads(lines[-1])
-    assert "error" not in out, f"child {mode} raised:\n{out['error']}"
-    return out
+    return run_script(CHILD, mode, str(workdir), workdir=workdir, timeout=TIMEOUT_S, **env)
 
 
 @pytest.fixture(scope="module")
