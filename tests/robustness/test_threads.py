@@ -91,7 +91,7 @@ def test_frames_running_finds_another_threads_call_until_it_returns():
 
     from aitune_fast import _core
 
-    inside, release = threading.Event(), threading.Event()
+    inside, release, returned, finish = (threading.Event() for _ in range(4))
 
     def deeper() -> None:
         inside.set()
@@ -100,7 +100,12 @@ def test_frames_running_finds_another_threads_call_until_it_returns():
     def dispatch() -> None:
         deeper()
 
-    thread = threading.Thread(target=dispatch)
+    def run() -> None:
+        dispatch()
+        returned.set()
+        finish.wait(10)  # the thread lives on after the call returned
+
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         assert inside.wait(10)
@@ -111,7 +116,10 @@ def test_frames_running_finds_another_threads_call_until_it_returns():
             _core._frames_running({test_frames_running_finds_another_threads_call_until_it_returns.__code__}, me) == []
         )
         assert _core._still_running(found) == found
+        release.set()
+        assert returned.wait(10)
+        assert _core._still_running(found) == []
     finally:
         release.set()
+        finish.set()
         thread.join()
-    assert _core._still_running(found) == []
