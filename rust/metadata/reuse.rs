@@ -46,20 +46,21 @@ pub struct Buffers {
     pub others: Vec<(u32, Py<PyAny>)>,
 }
 
+/// The sizes assumed before a thread's first walk.
+const FIRST_HINT: SizeHint = SizeHint {
+    nodes: 16,
+    items: 4,
+    dims: 8,
+};
+
 thread_local! {
-    static SIZE_HINT: Cell<SizeHint> = const {
-        Cell::new(SizeHint { nodes: 16, items: 4, dims: 8 })
-    };
+    static SIZE_HINT: Cell<SizeHint> = const { Cell::new(FIRST_HINT) };
     static LAST_PATHS: RefCell<[Option<SharedArena>; 2]> = const { RefCell::new([None, None]) };
     static BUFFERS: Cell<Option<Buffers>> = const { Cell::new(None) };
 }
 
 pub fn size_hint() -> SizeHint {
-    SIZE_HINT.try_with(Cell::get).unwrap_or(SizeHint {
-        nodes: 16,
-        items: 4,
-        dims: 8,
-    })
+    SIZE_HINT.try_with(Cell::get).unwrap_or(FIRST_HINT)
 }
 
 /// Note how big this walk was (each count capped, so one huge structure does not inflate the
