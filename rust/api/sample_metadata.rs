@@ -10,9 +10,9 @@ use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use crate::codec::{decode, encode, json_dict};
 use crate::interp::{info_level_index, interp, stock_state, transformers_integration};
 use crate::metadata::build::{build, phase_of, resolve_batch_size, strict_flag, Built};
-use crate::metadata::{pair, ExactSampleMetadata, SampleMetadata, View};
+use crate::metadata::{pair, ExactSampleMetadata, SampleMetadata};
 use crate::paths::{step_into, Locator};
-use crate::tensor_spec::{dim_list, Multiplier, TensorSpec};
+use crate::tensor_spec::{Multiplier, TensorSpec};
 
 fn already_set() -> PyErr {
     PyTypeError::new_err(
@@ -94,14 +94,14 @@ impl SampleMetadata {
         let bs = resolve_batch_size(py, batch_size)?;
         let check_cp = transformers_integration(py)?;
         let Built {
-            data,
+            storage,
             cache_position: cp,
         } = build(py, inputs, strict, bs, false, check_cp)?;
         let phase = match cp {
             Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
             _ => None,
         };
-        Ok(SampleMetadata::from_data(data, strict, phase))
+        Ok(SampleMetadata::from_storage(storage, strict, phase))
     }
 
     /// Describe the outputs of a call; locators render as `output...`.
@@ -115,8 +115,8 @@ impl SampleMetadata {
     ) -> PyResult<SampleMetadata> {
         let strict = strict_flag(strict)?;
         let bs = resolve_batch_size(py, batch_size)?;
-        let Built { data, .. } = build(py, output, strict, bs, true, false)?;
-        Ok(SampleMetadata::from_data(data, strict, None))
+        let Built { storage, .. } = build(py, output, strict, bs, true, false)?;
+        Ok(SampleMetadata::from_storage(storage, strict, None))
     }
 
     fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -148,8 +148,8 @@ impl SampleMetadata {
         let py = slf.py();
         let (tensors, others, strict, phase) = {
             let me = slf.try_borrow()?;
-            let tensors = me.tensors_tuple(py)?;
-            let others = me.others_tuple(py)?;
+            let tensors = me.storage.tensors_tuple(py)?;
+            let others = me.storage.others_tuple(py)?;
             let phase = match &me.llm_phase {
                 Some(p) => p.bind(py).clone(),
                 None => py.None().into_bound(py),
@@ -166,8 +166,8 @@ impl SampleMetadata {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
         let me = slf.try_borrow()?;
-        let others = me.others_tuple(py)?;
-        let tensors = me.pickled_tensors(py)?;
+        let others = me.storage.others_tuple(py)?;
+        let tensors = me.storage.pickled_tensors(py)?;
         let phase = match &me.llm_phase {
             Some(p) => p.bind(py).clone(),
             None => py.None().into_bound(py),
@@ -215,59 +215,12 @@ impl SampleMetadata {
             let l = v.tensor_loc(i);
             let access = l.arena.display_path(py, l.node, l.is_output)?;
             let semantic = l.arena.semantic_path(py, l.node)?.str()?;
-            let row = match &v {
-                View::P(p) => {
-                    let s = p.tensors[i].1.try_borrow()?;
-                    if full {
-                        PyTuple::new(
-                            py,
-                            [
-                                access.into_any(),
-                                semantic.into_any(),
-                                s.shape.bind(py).clone(),
-                                s.min_shape.bind(py).clone(),
-                                s.max_shape.bind(py).clone(),
-                                s.dtype.bind(py).clone(),
-                            ],
-                        )?
-                    } else {
-                        PyTuple::new(
-                            py,
-                            [
-                                access.into_any(),
-                                semantic.into_any(),
-                                s.shape.bind(py).clone(),
-                            ],
-                        )?
-                    }
-                }
-                View::C(c) => {
-                    let s = c.spec(i);
-                    if full {
-                        PyTuple::new(
-                            py,
-                            [
-                                access.into_any(),
-                                semantic.into_any(),
-                                dim_list(py, &s.shape)?.into_any(),
-                                PyList::new(py, &s.min)?.into_any(),
-                                PyList::new(py, &s.max)?.into_any(),
-                                crate::tensor_spec::dtype_obj(py, s.dtype),
-                            ],
-                        )?
-                    } else {
-                        PyTuple::new(
-                            py,
-                            [
-                                access.into_any(),
-                                semantic.into_any(),
-                                dim_list(py, &s.shape)?.into_any(),
-                            ],
-                        )?
-                    }
-                }
-            };
-            tensors.append(row)?;
+            let s = v.spec_cells(py, i)?;
+            let mut row = vec![access.into_any(), semantic.into_any(), s.shape];
+            if full {
+                row.extend([s.min_shape, s.max_shape, s.dtype]);
+            }
+            tensors.append(PyTuple::new(py, row)?)?;
         }
         let others = PyList::empty(py);
         for i in 0..v.n_others() {
@@ -327,19 +280,19 @@ impl SampleMetadata {
     /// `((Locator, value), ...)` for the non-tensor leaves (strict mode).
     #[getter]
     fn other_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.others_tuple(py)
+        self.storage.others_tuple(py)
     }
 
     /// `((Locator, TensorSpec), ...)`. The specs are live: changing them changes this metadata.
     #[getter]
     fn tensor_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.tensors_tuple(py)
+        self.storage.tensors_tuple(py)
     }
 
     /// The tensor specs, in order.
     #[getter]
     fn tensor_specs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let td = self.tensors_tuple(py)?;
+        let td = self.storage.tensors_tuple(py)?;
         let out = PyList::empty(py);
         for item in td.try_iter()? {
             out.append(pair(&item?, "tensor_data")?.1)?;

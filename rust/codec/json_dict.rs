@@ -5,9 +5,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 
 use crate::interp::interp;
-use crate::metadata::{Compact, SampleMetadata, View};
+use crate::metadata::{Loc, SampleMetadata, View};
 use crate::paths::{Accessor, Arena};
-use crate::tensor_spec::{dim_list, dtype_str};
+use crate::tensor_spec::dtype_str;
 
 /// Whether `json_serialize` returns `v` itself.
 fn is_plain(v: &Bound<'_, PyAny>) -> bool {
@@ -77,7 +77,7 @@ struct RowTemplate<'py> {
 }
 
 impl<'py> RowTemplate<'py> {
-    fn new(py: Python<'py>, keys: &[Bound<'py, PyString>]) -> PyResult<Self> {
+    fn new(py: Python<'py>, keys: &[&Bound<'py, PyString>]) -> PyResult<Self> {
         let template = PyDict::new(py);
         for k in keys {
             template.set_item(k, py.None())?;
@@ -92,19 +92,15 @@ impl<'py> RowTemplate<'py> {
 
 fn semantic_path<'py>(py: Python<'py>, arena: &Arena, node: u32) -> PyResult<Bound<'py, PyAny>> {
     let chain = arena.chain(node);
-    let one = |s: u32| -> PyResult<Bound<'py, PyAny>> {
-        let acc = &arena.node(s).acc;
-        match acc {
-            Accessor::Obj(_) => serialize(py, acc.to_py(py)),
-            _ => Ok(acc.to_py(py)),
-        }
-    };
     if chain.len() == 1 {
-        return one(chain[0]);
+        return serialized_accessor(py, arena, chain[0]);
     }
     Ok(PyList::new(
         py,
-        chain.into_iter().map(one).collect::<PyResult<Vec<_>>>()?,
+        chain
+            .into_iter()
+            .map(|s| serialized_accessor(py, arena, s))
+            .collect::<PyResult<Vec<_>>>()?,
     )?
     .into_any())
 }
@@ -132,198 +128,156 @@ impl<'py> RowKeys<'py> {
             value: PyString::intern(py, "value"),
         }
     }
-
-    fn tensor_row(&self, py: Python<'py>) -> PyResult<RowTemplate<'py>> {
-        RowTemplate::new(
-            py,
-            &[
-                self.access_path.clone(),
-                self.semantic_path.clone(),
-                self.shape.clone(),
-                self.min_shape.clone(),
-                self.max_shape.clone(),
-                self.dtype.clone(),
-            ],
-        )
-    }
-
-    fn other_row(&self, py: Python<'py>) -> PyResult<RowTemplate<'py>> {
-        RowTemplate::new(
-            py,
-            &[
-                self.access_path.clone(),
-                self.semantic_path.clone(),
-                self.value.clone(),
-            ],
-        )
-    }
 }
 
+/// `to_json_dict()`, in the reference's two steps: rows of the values as they are, then
+/// `json_serialize` of every value that is not JSON already (user objects, a Python spec's lists),
+/// in the order the rows hold them.
 pub fn to_json_dict<'py>(py: Python<'py>, md: &SampleMetadata) -> PyResult<Bound<'py, PyDict>> {
-    let phase = match &md.llm_phase {
-        Some(p) => p.bind(py).clone(),
-        None => py.None().into_bound(py),
-    };
-    if let Some((tensors, others)) = md.py_parts(py)? {
-        return py_parts_json_dict(py, md, tensors.bind(py), others.bind(py), phase);
-    }
     let v = md.view(py)?;
-    let View::C(c) = &v else {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(
-            "SampleMetadata changed during to_json_dict",
-        ));
+    let mut rows = Rows {
+        keys: RowKeys::new(py),
+        paths: RowPaths::default(),
+        dtypes: DtypeTexts::default(),
+        later: Vec::new(),
     };
-    let keys = RowKeys::new(py);
-    let mut paths = RowPaths::new(c);
-    let tensor_rows = compact_tensor_rows(py, c, &keys, &mut paths)?;
-    let other_rows = compact_other_rows(py, c, &keys, &mut paths)?;
+    let tensor_rows = rows.tensors(py, &v)?;
+    let other_rows = rows.others(py, &v)?;
     let d = PyDict::new(py);
     d.set_item("tensor_data", PyList::new(py, tensor_rows)?)?;
     d.set_item("other_data", PyList::new(py, other_rows)?)?;
     d.set_item("strict", md.strict)?;
-    d.set_item("llm_phase", serialize(py, phase)?)?;
+    let phase = match &md.llm_phase {
+        Some(p) => p.bind(py).clone(),
+        None => py.None().into_bound(py),
+    };
+    rows.set(&d, &PyString::intern(py, "llm_phase"), phase)?;
+    for (row, key, value) in rows.later {
+        row.set_item(key, serialize(py, value)?)?;
+    }
     Ok(d)
 }
 
-/// `to_json_dict` of metadata held as Python lists of `(locator, spec or value)`: user-built or
-/// handed-out specs may hold anything, so the rows are rendered exactly as the reference does.
-fn py_parts_json_dict<'py>(
-    py: Python<'py>,
-    md: &SampleMetadata,
-    tensors: &Bound<'py, PyAny>,
-    others: &Bound<'py, PyAny>,
-    phase: Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let tensor_rows = PyList::empty(py);
-    for item in tensors.try_iter()? {
-        let (loc, spec): (
-            Bound<'py, crate::paths::Locator>,
-            Bound<'py, crate::tensor_spec::TensorSpec>,
-        ) = item?.extract()?;
-        let s = spec.try_borrow()?;
-        let row = py_row_paths(py, &loc)?;
-        row.set_item("shape", s.shape.bind(py))?;
-        row.set_item("min_shape", s.min_shape.bind(py))?;
-        row.set_item("max_shape", s.max_shape.bind(py))?;
-        row.set_item("dtype", s.dtype.bind(py))?;
-        tensor_rows.append(row)?;
-    }
-    let other_rows = PyList::empty(py);
-    for item in others.try_iter()? {
-        let (loc, value): (Bound<'py, crate::paths::Locator>, Bound<'py, PyAny>) =
-            item?.extract()?;
-        let row = py_row_paths(py, &loc)?;
-        row.set_item("value", value)?;
-        other_rows.append(row)?;
-    }
-    let d = PyDict::new(py);
-    d.set_item("tensor_data", tensor_rows)?;
-    d.set_item("other_data", other_rows)?;
-    d.set_item("strict", md.strict)?;
-    d.set_item("llm_phase", phase)?;
-    interp(py)?
-        .json_serialize
-        .bind(py)
-        .call1((d,))?
-        .downcast_into::<PyDict>()
-        .map_err(Into::into)
+/// The rows of `to_json_dict`, and the cells still to serialize.
+struct Rows<'py> {
+    keys: RowKeys<'py>,
+    paths: RowPaths<'py>,
+    dtypes: DtypeTexts<'py>,
+    /// `(row, key, value)`: cells whose values `json_serialize` changes, set once every row is built
+    later: Vec<(Bound<'py, PyDict>, Bound<'py, PyString>, Bound<'py, PyAny>)>,
 }
 
-/// A new row holding the access and semantic paths of `loc`.
-fn py_row_paths<'py>(
-    py: Python<'py>,
-    loc: &Bound<'py, crate::paths::Locator>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let l = loc.get();
-    let row = PyDict::new(py);
-    row.set_item(
-        "access_path",
-        l.arena.display_path(py, l.node, l.is_output)?,
-    )?;
-    row.set_item("semantic_path", l.arena.semantic_path(py, l.node)?)?;
-    Ok(row)
+impl<'py> Rows<'py> {
+    /// `row[key] = value` if it is JSON as it is, else later, serialized.
+    fn set(
+        &mut self,
+        row: &Bound<'py, PyDict>,
+        key: &Bound<'py, PyString>,
+        value: Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        if is_plain(&value) {
+            return row.set_item(key, value);
+        }
+        row.set_item(key, py_none(row.py()))?;
+        self.later.push((row.clone(), key.clone(), value));
+        Ok(())
+    }
+
+    fn tensors(&mut self, py: Python<'py>, v: &View<'_, 'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let k = &self.keys;
+        let template = RowTemplate::new(
+            py,
+            &[
+                &k.access_path,
+                &k.semantic_path,
+                &k.shape,
+                &k.min_shape,
+                &k.max_shape,
+                &k.dtype,
+            ],
+        )?;
+        let mut rows = Vec::with_capacity(v.n_tensors());
+        for i in 0..v.n_tensors() {
+            let row = template.row()?;
+            self.paths.write(py, &self.keys, &row, &v.tensor_loc(i))?;
+            let cells = v.spec_cells(py, i)?;
+            let keys = [&self.keys.shape, &self.keys.min_shape, &self.keys.max_shape];
+            let lists = [cells.shape, cells.min_shape, cells.max_shape];
+            if cells.json_ready {
+                for (key, list) in keys.into_iter().zip(lists) {
+                    row.set_item(key, list)?;
+                }
+                row.set_item(&self.keys.dtype, self.dtypes.get(py, v.dtype(i)))?;
+            } else {
+                for (key, list) in keys.into_iter().zip(lists) {
+                    self.later.push((row.clone(), key.clone(), list));
+                }
+                let dtype = self.keys.dtype.clone();
+                self.set(&row, &dtype, cells.dtype)?;
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    fn others(&mut self, py: Python<'py>, v: &View<'_, 'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let k = &self.keys;
+        let template = RowTemplate::new(py, &[&k.access_path, &k.semantic_path, &k.value])?;
+        let mut rows = Vec::with_capacity(v.n_others());
+        for i in 0..v.n_others() {
+            let row = template.row()?;
+            self.paths.write(py, &self.keys, &row, &v.other_loc(i))?;
+            let value = self.keys.value.clone();
+            self.set(&row, &value, v.other_value(py, i))?;
+            rows.push(row);
+        }
+        Ok(rows)
+    }
 }
 
-/// Writes the access and semantic paths of compact metadata's rows, in walk order, sharing the
-/// work between siblings.
-struct RowPaths<'a, 'py> {
-    c: &'a Compact,
+fn py_none(py: Python<'_>) -> Bound<'_, PyAny> {
+    py.None().into_bound(py)
+}
+
+/// Writes the access and semantic paths of rows, sharing the work between siblings met in walk
+/// order (of one arena and direction: the caches start over at another).
+#[derive(Default)]
+struct RowPaths<'py> {
+    /// the arena and direction the caches hold paths of
+    of: Option<(*const Arena, bool)>,
     display: crate::paths::DisplayCache,
     semantic: PathCache<'py>,
     text: crate::paths::Text,
 }
 
-impl<'a, 'py> RowPaths<'a, 'py> {
-    fn new(c: &'a Compact) -> Self {
-        RowPaths {
-            c,
-            display: crate::paths::DisplayCache::default(),
-            semantic: PathCache::default(),
-            text: crate::paths::Text::new(),
-        }
-    }
-
+impl<'py> RowPaths<'py> {
     fn write(
         &mut self,
         py: Python<'py>,
         keys: &RowKeys<'py>,
         row: &Bound<'py, PyDict>,
-        node: u32,
+        l: &Loc<'_>,
     ) -> PyResult<()> {
-        let c = self.c;
+        let of = (l.arena as *const Arena, l.is_output);
+        if self.of != Some(of) {
+            self.display = crate::paths::DisplayCache::default();
+            self.semantic = PathCache::default();
+            self.of = Some(of);
+        }
         self.text.clear();
-        c.arena.write_display_path_cached(
+        l.arena.write_display_path_cached(
             py,
-            node,
-            c.is_output,
+            l.node,
+            l.is_output,
             &mut self.display,
             &mut self.text,
         )?;
         row.set_item(&keys.access_path, self.text.to_py(py)?)?;
         row.set_item(
             &keys.semantic_path,
-            semantic_path_cached(py, &c.arena, node, &mut self.semantic)?,
+            semantic_path_cached(py, l.arena, l.node, &mut self.semantic)?,
         )
     }
-}
-
-fn compact_tensor_rows<'py>(
-    py: Python<'py>,
-    c: &Compact,
-    keys: &RowKeys<'py>,
-    paths: &mut RowPaths<'_, 'py>,
-) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    let template = keys.tensor_row(py)?;
-    let mut dtypes = DtypeTexts::default();
-    let mut rows = Vec::with_capacity(c.items.len());
-    for i in 0..c.items.len() {
-        let s = c.spec(i);
-        let row = template.row()?;
-        paths.write(py, keys, &row, c.items[i].node)?;
-        row.set_item(&keys.shape, dim_list(py, &s.shape)?)?;
-        row.set_item(&keys.min_shape, PyList::new(py, &s.min)?)?;
-        row.set_item(&keys.max_shape, PyList::new(py, &s.max)?)?;
-        row.set_item(&keys.dtype, dtypes.get(py, s.dtype))?;
-        rows.push(row);
-    }
-    Ok(rows)
-}
-
-fn compact_other_rows<'py>(
-    py: Python<'py>,
-    c: &Compact,
-    keys: &RowKeys<'py>,
-    paths: &mut RowPaths<'_, 'py>,
-) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    let template = keys.other_row(py)?;
-    let mut rows = Vec::with_capacity(c.others.len());
-    for (node, value) in &c.others {
-        let row = template.row()?;
-        paths.write(py, keys, &row, *node)?;
-        row.set_item(&keys.value, serialize(py, value.bind(py).clone())?)?;
-        rows.push(row);
-    }
-    Ok(rows)
 }
 
 /// The JSON text of each dtype met so far.

@@ -5,9 +5,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::compact::Compact;
 use super::reuse;
-use super::sample::Data;
+use super::storage::{Compact, Storage};
 use crate::interp::{context_batch_size, interp};
 use crate::paths::{Accessor, Arena, Kind, SharedArena, ROOT};
 use crate::tensor_spec::{read_tensor, DtypeMemo, FOREIGN_DTYPE};
@@ -87,7 +86,7 @@ impl Visitor for Builder {
 
 /// A walked metadata: compact, or held as Python pairs when a tensor has symbolic sizes.
 pub struct Built {
-    pub data: Data,
+    pub storage: Storage,
     pub cache_position: Option<Py<PyAny>>,
 }
 
@@ -117,7 +116,7 @@ pub fn build(
     walk(py, obj, false, &mut arena, &mut b)?;
     if b.symbolic {
         return Ok(Built {
-            data: build_with_python_specs(py, obj, strict, batch_size, is_output)?,
+            storage: build_with_python_specs(py, obj, strict, batch_size, is_output)?,
             cache_position: b.cache_position,
         });
     }
@@ -130,7 +129,7 @@ pub fn build(
     reuse::keep_paths(py, is_output, &shared);
     b.c.arena = shared;
     Ok(Built {
-        data: Data::Compact(b.c),
+        storage: Storage::compact(b.c),
         cache_position: b.cache_position,
     })
 }
@@ -143,7 +142,7 @@ fn build_with_python_specs(
     strict: bool,
     batch_size: f64,
     is_output: bool,
-) -> PyResult<Data> {
+) -> PyResult<Storage> {
     let it = interp(py)?;
     let mut tensors = Vec::new();
     let mut others = Vec::new();
@@ -156,10 +155,10 @@ fn build_with_python_specs(
             others.push(PyTuple::new(py, [loc, value])?);
         }
     }
-    Ok(Data::Py {
-        tensors: PyTuple::new(py, tensors)?.into_any().unbind(),
-        others: PyTuple::new(py, others)?.into_any().unbind(),
-    })
+    Ok(Storage::python(
+        PyTuple::new(py, tensors)?.into_any().unbind(),
+        PyTuple::new(py, others)?.into_any().unbind(),
+    ))
 }
 
 /// The `strict` argument of the constructors and `from_inputs`/`from_outputs`: its truth value,

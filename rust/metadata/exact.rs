@@ -35,10 +35,10 @@ impl ExactSampleMetadata {
     /// Describe `inputs` with exact shapes, recording every leaf.
     #[staticmethod]
     fn from_inputs(py: Python<'_>, inputs: &Bound<'_, PyAny>) -> PyResult<Py<ExactSampleMetadata>> {
-        let Built { data, .. } = build(py, inputs, true, f64::NAN, false, false)?;
+        let Built { storage, .. } = build(py, inputs, true, f64::NAN, false, false)?;
         Py::new(
             py,
-            PyClassInitializer::from(SampleMetadata::from_data(data, true, None))
+            PyClassInitializer::from(SampleMetadata::from_storage(storage, true, None))
                 .add_subclass(ExactSampleMetadata {}),
         )
     }

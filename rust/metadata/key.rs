@@ -7,12 +7,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
-use super::compact::Compact;
-use super::handed::Level;
 use super::sample::SampleMetadata;
-use super::view::{Loc, View};
+use super::storage::{Level, Loc, View};
 use crate::interp::interp;
-use crate::paths::{hash_to_isize, mix, path_eq, py_int_hash, rich_eq, Arena, ROOT};
+use crate::paths::{hash_to_isize, mix, path_eq, py_int_hash, rich_eq, ROOT};
 use crate::tensor_spec::Spec;
 
 fn loc_eq(py: Python<'_>, a: &Loc<'_>, b: &Loc<'_>) -> PyResult<bool> {
@@ -110,17 +108,6 @@ fn aligned_pairs<'a, 'b>(
     Ok(Some(true))
 }
 
-/// The locator of each tensor of `c` (as `View::tensor_loc`, without its dispatch: the fast path
-/// of comparing compact metadata calls it for every tensor).
-#[inline(always)]
-fn compact_loc<'c>(c: &'c Compact) -> impl Fn(usize) -> Loc<'c> {
-    move |i| Loc {
-        arena: &c.arena,
-        node: c.items[i].node,
-        is_output: c.is_output,
-    }
-}
-
 /// Compare the tensors of two views with dict semantics: `same(i, j)` compares the tensors at
 /// equal paths (`i` in `a`, `j` in `b`).
 pub(super) fn tensors_eq(
@@ -130,61 +117,57 @@ pub(super) fn tensors_eq(
     mut same: impl FnMut(usize, usize) -> PyResult<bool>,
 ) -> PyResult<bool> {
     let unique = a.unique() && b.unique();
-    if let (true, View::C(x), View::C(y)) = (unique, a, b) {
-        if x.items.len() != y.items.len() {
-            return Ok(false);
-        }
-        // arenas that agree node for node: the same node is the same path
-        let twins = !x.items.is_empty() && Arena::twins(py, &x.arena, &y.arena)?;
-        if let Some(equal) = aligned_pairs(
-            py,
-            x.items.len(),
-            compact_loc(x),
-            compact_loc(y),
-            twins,
-            &mut same,
-        )? {
-            return Ok(equal);
-        }
+    let (na, nb) = (a.n_tensors(), b.n_tensors());
+    let twins = unique && na == nb && View::twins(py, a, b)?;
+    let paths = Paths { unique, twins };
+    if let (Some(la), Some(lb)) = (a.compact_tensor_locs(), b.compact_tensor_locs()) {
+        return dict_eq(py, na, la, nb, lb, paths, &mut same);
     }
-    let la = |i: usize| a.tensor_loc(i);
-    let lb = |i: usize| b.tensor_loc(i);
     dict_eq(
         py,
-        a.n_tensors(),
-        &la,
-        b.n_tensors(),
-        &lb,
-        unique,
-        &mut same,
+        na,
+        |i| a.tensor_loc(i),
+        nb,
+        |i| b.tensor_loc(i),
+        paths,
+        same,
     )
 }
 
+/// What is known of two sets of paths before comparing them.
+#[derive(Clone, Copy)]
+struct Paths {
+    /// each path occurs once on both sides (so a pairwise walk may settle the comparison)
+    unique: bool,
+    /// the two sides' arenas agree node for node (see [`View::twins`])
+    twins: bool,
+}
+
 /// Compare two sets of `(path, value)` entries with dict semantics. `same(i, j)` compares values.
-pub(super) fn dict_eq<'a, 'b>(
+fn dict_eq<'a, 'b>(
     py: Python<'_>,
     na: usize,
-    la: &dyn Fn(usize) -> Loc<'a>,
+    la: impl Fn(usize) -> Loc<'a>,
     nb: usize,
-    lb: &dyn Fn(usize) -> Loc<'b>,
-    unique: bool,
-    same: &mut dyn FnMut(usize, usize) -> PyResult<bool>,
+    lb: impl Fn(usize) -> Loc<'b>,
+    paths: Paths,
+    mut same: impl FnMut(usize, usize) -> PyResult<bool>,
 ) -> PyResult<bool> {
-    if unique {
+    if paths.unique {
         if na != nb {
             return Ok(false);
         }
-        if let Some(equal) = aligned_pairs(py, na, la, lb, false, &mut *same)? {
+        if let Some(equal) = aligned_pairs(py, na, &la, &lb, paths.twins, &mut same)? {
             return Ok(equal);
         }
     }
-    let ia = build_index(py, na, la)?;
-    let ib = build_index(py, nb, lb)?;
+    let ia = build_index(py, na, &la)?;
+    let ib = build_index(py, nb, &lb)?;
     if ia.order.len() != ib.order.len() {
         return Ok(false);
     }
     for &i in &ia.order {
-        match ib.find(py, lb, &la(i))? {
+        match ib.find(py, &lb, &la(i))? {
             Some(j) => {
                 if !same(i, j)? {
                     return Ok(false);
@@ -197,12 +180,13 @@ pub(super) fn dict_eq<'a, 'b>(
 }
 
 /// Order-independent hash of `(path, value-hash)` entries with dict semantics.
+#[inline]
 fn dict_hash<'a>(
     py: Python<'_>,
     n: usize,
-    loc: &dyn Fn(usize) -> Loc<'a>,
+    loc: impl Fn(usize) -> Loc<'a>,
     unique: bool,
-    value_hash: &mut dyn FnMut(usize) -> PyResult<u64>,
+    mut value_hash: impl FnMut(usize) -> PyResult<u64>,
 ) -> PyResult<u64> {
     let mut acc: u64 = 0;
     if unique {
@@ -212,7 +196,7 @@ fn dict_hash<'a>(
         }
         return Ok(acc);
     }
-    for i in build_index(py, n, loc)?.order {
+    for i in build_index(py, n, &loc)?.order {
         let l = loc(i);
         acc = acc.wrapping_add(mix(l.arena.node(l.node).hash, value_hash(i)?));
     }
@@ -326,17 +310,18 @@ impl SampleMetadata {
         if !tensors_equal {
             return Ok(false);
         }
-        let unique = a.unique() && b.unique();
-        let oa = |i: usize| a.other_loc(i);
-        let ob = |i: usize| b.other_loc(i);
+        let paths = Paths {
+            unique: a.unique() && b.unique(),
+            twins: false,
+        };
         dict_eq(
             py,
             a.n_others(),
-            &oa,
+            |i| a.other_loc(i),
             b.n_others(),
-            &ob,
-            unique,
-            &mut |i, j| rich_eq(&a.other_value(py, i), &b.other_value(py, j)),
+            |i| b.other_loc(i),
+            paths,
+            |i, j| rich_eq(&a.other_value(py, i), &b.other_value(py, j)),
         )
     }
 
@@ -349,33 +334,22 @@ impl SampleMetadata {
         let v = self.view_at(py, if exact { Level::Shape } else { Level::Rank })?;
         let unique = v.unique();
         let lt = |i: usize| v.tensor_loc(i);
-        let rank_hash = || {
-            dict_hash(
-                py,
-                v.n_tensors(),
-                &lt,
-                unique,
-                &mut |i| Ok(v.rank(i) as u64),
-            )
+        let tensor_part = if exact {
+            dict_hash(py, v.n_tensors(), lt, unique, |i| Ok(hash_dims(&v.spec(i))))?
+        } else if let Some(h) = v.remembered_rank_hash() {
+            h
+        } else {
+            let h = dict_hash(py, v.n_tensors(), lt, unique, |i| Ok(v.rank(i) as u64))?;
+            v.remember_rank_hash(h);
+            h
         };
-        let tensor_part = match (&v, exact) {
-            (_, true) => dict_hash(py, v.n_tensors(), &lt, unique, &mut |i| {
-                Ok(hash_dims(&v.spec(i)))
-            })?,
-            (View::C(c), false) => match c.tensor_hash.get() {
-                Some(h) => *h,
-                None => {
-                    let h = rank_hash()?;
-                    let _ = c.tensor_hash.set(h);
-                    h
-                }
-            },
-            (_, false) => rank_hash()?,
-        };
-        let lo = |i: usize| v.other_loc(i);
-        let other_part = dict_hash(py, v.n_others(), &lo, unique, &mut |i| {
-            value_hash(py, &v.other_value(py, i), 0)
-        })?;
+        let other_part = dict_hash(
+            py,
+            v.n_others(),
+            |i| v.other_loc(i),
+            unique,
+            |i| value_hash(py, &v.other_value(py, i), 0),
+        )?;
         Ok(hash_to_isize(mix(tensor_part, other_part)))
     }
 }

@@ -1,49 +1,50 @@
 //! `update_shapes_seen`: learning dynamic and batch axes from a later sample.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use super::key::tensors_eq;
-use super::sample::{Data, SampleMetadata};
-use super::view::View;
+use super::sample::SampleMetadata;
+use super::storage::View;
 use crate::tensor_spec::{Spec, TensorSpec};
 
-/// What `update_shapes_seen` will write: `(index, spec before, spec after)` for each tensor of
-/// `self` that learns something, and for Python specs the objects to write into.
+/// One tensor of `self` that learns something from its partner in the later sample.
+struct Update<'py> {
+    index: usize,
+    before: Spec,
+    after: Spec,
+    /// the Python spec that holds it, which learns it too (none when held compact)
+    spec_object: Option<Bound<'py, TensorSpec>>,
+}
+
+/// What `update_shapes_seen` will write.
 struct Plan<'py> {
-    updates: Vec<(usize, Spec, Spec)>,
-    /// `None` for compact metadata
-    targets: Option<Vec<Bound<'py, TensorSpec>>>,
+    updates: Vec<Update<'py>>,
 }
 
 impl<'py> Plan<'py> {
     fn new(a: &View<'_, 'py>, b: &View<'_, 'py>, merges: Vec<(usize, usize)>) -> PyResult<Self> {
         let mut updates = Vec::new();
-        let mut targets = match a {
-            View::C(_) => None,
-            View::P(_) => Some(Vec::new()),
-        };
         for (i, j) in merges {
             if i >= a.n_tensors() || j >= b.n_tensors() {
                 continue; // cannot happen: indices come from the same snapshots
             }
-            if let (View::C(x), View::C(y)) = (a, b) {
-                if x.learned(i).is_none() && y.learned(j).is_none() && x.dims_of(i) == y.dims_of(j)
-                {
-                    continue; // same sizes: nothing to learn
-                }
+            if View::same_fresh_sizes(a, i, b, j) {
+                continue; // nothing to learn
             }
             let before = a.spec(i).into_owned();
             let mut after = before.clone();
             if !after.merge(&b.spec(j))? {
                 continue;
             }
-            if let (Some(t), View::P(p)) = (&mut targets, a) {
-                t.push(p.tensors[i].1.clone());
-            }
-            updates.push((i, before, after));
+            updates.push(Update {
+                index: i,
+                before,
+                after,
+                spec_object: a.spec_object(i),
+            });
         }
-        Ok(Plan { updates, targets })
+        Ok(Plan { updates })
     }
 }
 
@@ -88,11 +89,7 @@ impl SampleMetadata {
         // what changed in the compact form is checked again before it is written
         let me = slf.try_borrow()?;
         let them = other.try_borrow()?;
-        // handed-out specs are the truth: they are the ones that learn
-        let a = match (&me.data, me.handed.get()) {
-            (Data::Compact(_), Some(h)) => me.handed_view(py, h)?,
-            _ => me.view(py)?,
-        };
+        let a = me.storage.learning_view(py)?;
         let b = them.view(py)?;
         match tensor_partners(py, &a, &b)? {
             Some(merges) => Ok(Some(Plan::new(&a, &b, merges)?)),
@@ -127,50 +124,25 @@ fn tensor_partners(
 }
 
 impl Plan<'_> {
-    /// Write what was learned: into the Python specs, or into the compact form of `slf` (which
-    /// must be as it was when the plan was made).
+    /// Write what was learned: into the Python specs that hold it, and into the storage of `slf`
+    /// (which must be as it was when the plan was made).
     fn apply(self, slf: &Bound<'_, SampleMetadata>) -> PyResult<()> {
         let py = slf.py();
-        match self.targets {
-            Some(targets) => {
-                for ((_, before, after), target) in self.updates.iter().zip(targets) {
-                    target.try_borrow()?.write_back(py, before, after)?;
-                }
-                // handed-out specs of a compact metadata: let the compact form learn the same, so
-                // that it keeps serving while the specs say what it says (checked on every use)
-                if let Ok(mut me) = slf.try_borrow_mut() {
-                    if me.is_handed_out() {
-                        if let Data::Compact(c) = &mut me.data {
-                            for (i, _, after) in self.updates {
-                                if i < c.items.len() {
-                                    c.set_learned(i, after);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            None => {
-                let changed = || {
-                    PyRuntimeError::new_err(
-                        "SampleMetadata changed during update_shapes_seen (by code that ran meanwhile)",
-                    )
-                };
-                let mut me = slf.try_borrow_mut()?;
-                if me.is_handed_out() {
-                    return Err(changed());
-                }
-                let Data::Compact(c) = &mut me.data else {
-                    return Err(changed());
-                };
-                for (i, _, after) in self.updates {
-                    if i >= c.items.len() {
-                        return Err(changed());
-                    }
-                    c.set_learned(i, after);
-                }
+        let Some(first) = self.updates.first() else {
+            return Ok(()); // nothing learned
+        };
+        let in_python = first.spec_object.is_some(); // all or none: they come from one view
+        for u in &self.updates {
+            if let Some(target) = &u.spec_object {
+                target.try_borrow()?.write_back(py, &u.before, &u.after)?;
             }
         }
-        Ok(())
+        let learned = self.updates.into_iter().map(|u| (u.index, u.after));
+        match slf.try_borrow_mut() {
+            Ok(mut me) => me.storage.keep_learned(learned, in_python),
+            // borrowed elsewhere meanwhile: the Python specs hold what was learned
+            Err(_) if in_python => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }

@@ -24,7 +24,7 @@ use std::cell::{Cell, RefCell};
 
 use pyo3::prelude::*;
 
-use super::compact::Item;
+use super::storage::Item;
 use crate::paths::SharedArena;
 pub use crate::paths::SPARE_BOUND;
 

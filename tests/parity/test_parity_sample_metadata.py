@@ -247,6 +247,27 @@ def test_to_json_dict_is_json_ready(ref, fast):
     }
 
 
+def test_json_dict_and_describe_of_pairs_from_several_walks_show_each_pair_s_own_path(ref, fast):
+    """A metadata built from the pairs of several walks (inputs and outputs whose paths sit at the same places
+    of their own walks, under different keys) renders each pair's path, not its neighbour's."""
+
+    def run(impl):
+        a = from_inputs(impl, {"a": {"x": t((2,))}, "n": {"k": 1}}, strict=True)
+        b = from_inputs(impl, {"b": {"y": t((3,))}, "m": {"j": 2}}, strict=True)
+        out = from_outputs(impl, {"c": {"z": t((4,))}})
+        tensors = [*a.tensor_data, *b.tensor_data, *out.tensor_data]
+        md = SM(impl)(tensors, [*a.other_data, *b.other_data], strict=True)
+        full = impl.tensor_spec.InfoLevel.FULL
+        return md.to_json_dict(), md.describe(full)
+
+    fast_json, fast_text = run(fast)
+    ref_json, ref_text = run(ref)
+    assert canon(fast_json) == canon(ref_json)
+    assert fast_text == ref_text
+    assert [r["access_path"] for r in ref_json["tensor_data"]] == ['a["x"]', 'b["y"]', 'output["c"]["z"]']
+    assert [r["semantic_path"] for r in ref_json["other_data"]] == [["n", "k"], ["m", "j"]]
+
+
 def test_registered_user_types_are_described_by_public_fields(ref, fast, registry):
     class State:
         label = "class-level"

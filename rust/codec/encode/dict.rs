@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::codec::format::{FORMAT_OTHERS, FORMAT_TENSORS};
 use crate::codec::shared::{guess_bs, mults_match};
 use crate::codec::text::write as jt;
-use crate::metadata::{Loc, SampleMetadata, View};
+use crate::metadata::{Loc, Part, SampleMetadata, View};
 use crate::paths::{Arena, ROOT};
 use crate::tensor_spec::{Dim, Spec};
 
@@ -46,6 +46,18 @@ struct PathRows {
     tables: Vec<(usize, Vec<u32>)>,
     rows: u32,
     stack: Vec<u32>,
+}
+
+/// The batch size of metadata held as Python specs: the first that explains a spec that has seen
+/// one shape only (NaN if none does).
+fn guessed_batch_size(v: &View<'_, '_>) -> f64 {
+    (0..v.n_tensors())
+        .find_map(|i| {
+            let s = v.spec(i);
+            let dims = fresh_dims(&s)?;
+            guess_bs(&dims, &s.mult).filter(|&b| mults_match(&dims, &s.mult, b))
+        })
+        .unwrap_or(f64::NAN)
 }
 
 /// The sizes of a spec that has seen one shape only (integer sizes, equal to min and max).
@@ -117,19 +129,15 @@ impl<'py> Enc<'py> {
     }
 
     /// The `paths` rows of every entry's locator; returns each entry's row.
-    fn path_rows(&mut self, v: &View<'_, '_>, tensors: bool, what: &str) -> PyResult<Vec<u32>> {
-        let n = if tensors { v.n_tensors() } else { v.n_others() };
+    fn path_rows(&mut self, v: &View<'_, '_>, part: Part, what: &str) -> PyResult<Vec<u32>> {
+        let n = v.len(part);
         let mut rows = PathRows::default();
         let mut of = Vec::with_capacity(n);
         for i in 0..n {
-            let l = if tensors {
-                v.tensor_loc(i)
-            } else {
-                v.other_loc(i)
-            };
+            let l = v.loc(part, i);
             match self.path_row(&mut rows, l.arena, l.node) {
                 Ok(r) => of.push(r),
-                Err(e) => return Err(self.entry_error(v, tensors, i, e, what)),
+                Err(e) => return Err(self.entry_error(v, part, i, e, what)),
             }
         }
         Ok(of)
@@ -151,16 +159,9 @@ impl<'py> Enc<'py> {
         what: &str,
     ) -> PyResult<()> {
         let n = v.n_tensors();
-        let bs = match v {
-            View::C(c) => c.batch_size,
-            _ => (0..n)
-                .find_map(|i| {
-                    let s = v.spec(i);
-                    let dims = fresh_dims(&s)?;
-                    guess_bs(&dims, &s.mult).filter(|&b| mults_match(&dims, &s.mult, b))
-                })
-                .unwrap_or(f64::NAN),
-        };
+        let bs = v
+            .known_batch_size()
+            .unwrap_or_else(|| guessed_batch_size(v));
         self.out.push_str("{\"format\":\"");
         self.out.push_str(FORMAT_TENSORS);
         self.out.push_str("\",\"version\":1,");
@@ -173,15 +174,12 @@ impl<'py> Enc<'py> {
         self.out.push_str(",\"batch_size\":");
         self.float(bs);
         self.out.push_str(",\"paths\":[");
-        let rows = self.path_rows(v, true, what)?;
+        let rows = self.path_rows(v, Part::Tensors, what)?;
         self.out.push_str("],\"dtypes\":[");
         let mut table: Vec<u16> = Vec::new();
         let mut index: Vec<u32> = Vec::with_capacity(n);
         for i in 0..n {
-            let id = match v {
-                View::C(c) => c.items[i].dtype,
-                _ => v.spec(i).dtype,
-            };
+            let id = v.dtype(i);
             let at = match table.iter().position(|&t| t == id) {
                 Some(at) => at,
                 None => {
@@ -189,7 +187,7 @@ impl<'py> Enc<'py> {
                         self.out.push(',');
                     }
                     if let Err(e) = self.dtype_of(v, i, id) {
-                        return Err(self.entry_error(v, true, i, e, what));
+                        return Err(self.entry_error(v, Part::Tensors, i, e, what));
                     }
                     table.push(id);
                     table.len() - 1
@@ -207,17 +205,12 @@ impl<'py> Enc<'py> {
             self.out.push(',');
             jt::write_i64(&mut self.out, index[i] as i64);
             self.out.push(',');
-            let fresh = match v {
-                View::C(c) if c.learned(i).is_none() => {
-                    self.ints(c.dims_of(i));
-                    true
-                }
-                _ => false,
-            };
-            if !fresh {
+            if let Some(f) = v.fresh(i) {
+                self.ints(f.dims);
+            } else {
                 let s = v.spec(i);
                 if let Err(e) = check_lengths(&s) {
-                    return Err(self.entry_error(v, true, i, e, what));
+                    return Err(self.entry_error(v, Part::Tensors, i, e, what));
                 }
                 match fresh_dims(&s).filter(|d| mults_match(d, &s.mult, bs)) {
                     Some(dims) => self.ints(&dims),
@@ -247,7 +240,7 @@ impl<'py> Enc<'py> {
         self.out
             .push_str(if default_out { "true" } else { "false" });
         self.out.push_str(",\"paths\":[");
-        let rows = self.path_rows(v, false, what)?;
+        let rows = self.path_rows(v, Part::Others, what)?;
         self.out.push_str("],\"others\":[");
         for (i, row) in rows.into_iter().enumerate() {
             if i > 0 {
@@ -259,7 +252,7 @@ impl<'py> Enc<'py> {
             self.depth = 3;
             let value = v.other_value(self.py, i);
             if let Err(e) = self.exact(&value) {
-                return Err(self.entry_error(v, false, i, e, what));
+                return Err(self.entry_error(v, Part::Others, i, e, what));
             }
             self.out_flag(&v.other_loc(i), default_out);
             self.out.push(']');

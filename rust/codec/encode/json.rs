@@ -5,7 +5,7 @@ use pyo3::types::PyString;
 
 use crate::codec::format::FORMAT;
 use crate::codec::text::sink::{StrSink, CHUNK};
-use crate::metadata::{Loc, SampleMetadata, View};
+use crate::metadata::{Loc, Part, SampleMetadata, View};
 use crate::paths::{Arena, DisplayCache, ROOT};
 use crate::tensor_spec::multiplier;
 
@@ -47,9 +47,9 @@ pub fn to_json<'py>(
     e.out.push_str(",\"is_output\":");
     e.out.push_str(if out_default { "true" } else { "false" });
     e.out.push_str(",\"tensor_data\":[");
-    e.full_entries(&v, true, out_default, WHAT)?;
+    e.full_entries(&v, Part::Tensors, out_default, WHAT)?;
     e.out.push_str("],\"other_data\":[");
-    e.full_entries(&v, false, out_default, WHAT)?;
+    e.full_entries(&v, Part::Others, out_default, WHAT)?;
     e.out.push_str("]}");
     e.spill()?;
     match e.sink.take() {
@@ -159,22 +159,18 @@ impl<'py> Enc<'py> {
     /// `,"shape":...,"min_shape":...,"max_shape":...,"dtype":...,"bs_multipliers":...` of tensor `i`.
     fn spec_fields(&mut self, v: &View<'_, '_>, i: usize) -> PyResult<()> {
         // fresh compact specs are written from their sizes, without building a Spec
-        if let View::C(c) = v {
-            if c.learned(i).is_none() {
-                let dims = c.dims_of(i);
-                self.out.push_str(",\"shape\":");
-                self.ints(dims);
-                self.out.push_str(",\"min_shape\":");
-                self.ints(dims);
-                self.out.push_str(",\"max_shape\":");
-                self.ints(dims);
-                self.out.push_str(",\"dtype\":");
-                self.dtype(c.items[i].dtype)?;
-                self.out.push_str(",\"bs_multipliers\":");
-                let bs = c.batch_size;
-                self.floats(dims.iter().map(|&d| multiplier(d, bs)));
-                return Ok(());
-            }
+        if let Some(f) = v.fresh(i) {
+            self.out.push_str(",\"shape\":");
+            self.ints(f.dims);
+            self.out.push_str(",\"min_shape\":");
+            self.ints(f.dims);
+            self.out.push_str(",\"max_shape\":");
+            self.ints(f.dims);
+            self.out.push_str(",\"dtype\":");
+            self.dtype(f.dtype)?;
+            self.out.push_str(",\"bs_multipliers\":");
+            self.floats(f.dims.iter().map(|&d| multiplier(d, f.batch_size)));
+            return Ok(());
         }
         let s = v.spec(i);
         check_lengths(&s)?;
@@ -191,21 +187,17 @@ impl<'py> Enc<'py> {
         Ok(())
     }
 
-    /// One `to_json` entry of `tensor_data` (`tensors`) or `other_data`.
+    /// One `to_json` entry of `part`.
     fn full_entry(
         &mut self,
         v: &View<'_, 'py>,
-        tensors: bool,
+        part: Part,
         i: usize,
         default_out: bool,
     ) -> PyResult<()> {
-        let l = if tensors {
-            v.tensor_loc(i)
-        } else {
-            v.other_loc(i)
-        };
+        let l = v.loc(part, i);
         self.entry_head(&l)?;
-        if tensors {
+        if part == Part::Tensors {
             self.spec_fields(v, i)?;
         } else {
             let value = v.other_value(self.py, i);
@@ -225,18 +217,14 @@ impl<'py> Enc<'py> {
     pub(super) fn entry_error(
         &mut self,
         v: &View<'_, '_>,
-        tensors: bool,
+        part: Part,
         i: usize,
         err: PyErr,
         what: &str,
     ) -> PyErr {
         self.abandon();
-        let list = if tensors { "tensor_data" } else { "other_data" };
-        let l = if tensors {
-            v.tensor_loc(i)
-        } else {
-            v.other_loc(i)
-        };
+        let list = part.name();
+        let l = v.loc(part, i);
         let shown = l.arena.display_path_lossy(self.py, l.node, l.is_output);
         with_context(
             self.py,
@@ -248,17 +236,16 @@ impl<'py> Enc<'py> {
     fn full_entries(
         &mut self,
         v: &View<'_, 'py>,
-        tensors: bool,
+        part: Part,
         default_out: bool,
         what: &str,
     ) -> PyResult<()> {
-        let n = if tensors { v.n_tensors() } else { v.n_others() };
-        for i in 0..n {
+        for i in 0..v.len(part) {
             if i > 0 {
                 self.out.push(',');
             }
-            if let Err(e) = self.full_entry(v, tensors, i, default_out) {
-                return Err(self.entry_error(v, tensors, i, e, what));
+            if let Err(e) = self.full_entry(v, part, i, default_out) {
+                return Err(self.entry_error(v, part, i, e, what));
             }
             if self.sink.is_some() && self.out.len() >= CHUNK {
                 self.spill()?;

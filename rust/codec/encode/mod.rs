@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::codec::shared::type_name;
-use crate::metadata::{SampleMetadata, View};
+use crate::metadata::{Part, SampleMetadata, View};
 use crate::paths::path_eq;
 use crate::tensor_spec::Spec;
 
@@ -70,14 +70,9 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
             )));
         }
     }
-    for (list, n) in [("tensor_data", v.n_tensors()), ("other_data", v.n_others())] {
-        let loc = |i: usize| {
-            if list == "tensor_data" {
-                v.tensor_loc(i)
-            } else {
-                v.other_loc(i)
-            }
-        };
+    for part in [Part::Tensors, Part::Others] {
+        let (list, n) = (part.name(), v.len(part));
+        let loc = |i: usize| v.loc(part, i);
         let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
         for i in 0..n {
             let li = loc(i);

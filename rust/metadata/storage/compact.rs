@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::reuse::{self, Buffers};
+use crate::metadata::reuse::{self, Buffers};
 use crate::paths::{Arena, Locator, SharedArena};
 use crate::tensor_spec::{Spec, TensorSpec};
 
@@ -110,7 +110,7 @@ impl Compact {
 
     /// Record a tensor whose sizes are `dims[off..]`, just appended.
     #[inline(always)]
-    pub(super) fn push_tail(&mut self, node: u32, off: usize, dtype: u16) -> PyResult<()> {
+    pub fn push_tail(&mut self, node: u32, off: usize, dtype: u16) -> PyResult<()> {
         let rank = self.dims.len().saturating_sub(off);
         let off = u32::try_from(off)
             .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
