@@ -95,8 +95,9 @@ build_all() { # the five artifacts of $SHA into $STORE
     rm -rf "$STORE"
     mv "$stage" "$STORE"
     echo "$SHA" >"$STORE/.commit"
-    # keep the newest sets only
-    ls -1dt "$CACHE"/dist/*/ 2>/dev/null | tail -n +"$((KEEP_DISTS + 1))" | xargs -r rm -rf
+    # keep the newest sets only (by modification time)
+    find "$CACHE/dist" -mindepth 1 -maxdepth 1 -type d -printf '%T@\t%p\n' | sort -rn |
+        tail -n +"$((KEEP_DISTS + 1))" | cut -f2- | xargs -r -d '\n' rm -rf
 }
 
 wait_builds() { # waits for the builds in pids/names; dies with the log of the first that failed

@@ -81,7 +81,7 @@ else
     failed+=("sdist contents")
 fi
 if actionlint -version >/dev/null && (cd "$SRC" && actionlint -no-color); then
-    say "  ok    actionlint $(actionlint -version | head -1): $(cd "$SRC" && ls .github/workflows | tr '\n' ' ')"
+    say "  ok    actionlint $(actionlint -version | head -1): $(cd "$SRC/.github/workflows" && printf '%s ' *)"
 else
     failed+=("actionlint")
 fi

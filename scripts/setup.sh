@@ -12,10 +12,14 @@ fi
 STAMP="$VENV/.deps-v2"
 if [ ! -f "$STAMP" ]; then
     "$PY" -m pip install -q --upgrade pip
-    "$PY" -m pip install -q torch numpy pytest hypothesis optree tabulate nvtx maturin ruff matplotlib jsonschema
+    "$PY" -m pip install -q torch numpy pytest hypothesis optree tabulate nvtx maturin matplotlib jsonschema
     "$PY" -m pip install -q --no-deps aitune==0.6.0
     touch "$STAMP"
 fi
+# The linters at the versions scripts/lint.sh runs (ruff, mypy, shellcheck), pinned in scripts/lint_pins.sh.
+# shellcheck source=scripts/lint_pins.sh
+. scripts/lint_pins.sh
+ensure_lint_pins "$PY" || { echo "cannot install the linters ${VENV_LINT_PINS[*]}" >&2; exit 1; }
 # AITune's own dependencies (what PyPI serves: not tensorrt/torch-tensorrt), so the integration tests can
 # `import aitune.torch` (with a stand-in tensorrt from tests/fixtures/). torch is pinned to the installed
 # version so pip never swaps it.

@@ -11,6 +11,7 @@ import gc
 import json
 import threading
 from collections import UserDict
+from concurrent.futures import ThreadPoolExecutor
 
 import aitune_fast
 import numpy as np
@@ -170,13 +171,13 @@ def main() -> None:
 
     churner = threading.Thread(target=churn)
     churner.start()
-    pool = [threading.Thread(target=work) for _ in range(4)]
-    for th in pool:
-        th.start()
-    for th in pool:
-        th.join()
-    stop.set()
-    churner.join()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            for done in [pool.submit(work) for _ in range(4)]:
+                done.result()  # a worker's error fails the workload
+    finally:
+        stop.set()
+        churner.join()
     gc.collect()
     print("valgrind workload done", aitune_fast.__version__)
 

@@ -29,23 +29,17 @@ if importlib.util.find_spec("aitune_fast") is None:
 from impls import ref as _load_reference  # noqa: E402
 
 AGAINST_REFERENCE = os.environ.get("AITUNE_FAST_TESTS_AGAINST_REFERENCE", "") == "1"
+# the modules of aitune_fast the ``fast`` namespace holds under the reference's names
+FAST_MODULES = ("sample_metadata", "exact_sample_metadata", "locator", "tensor_spec", "global_context")
 
 
 def _load_fast() -> SimpleNamespace:
     if AGAINST_REFERENCE:
         return SimpleNamespace(**vars(_load_reference()))
     package = importlib.import_module("aitune_fast")
-    mod = importlib.import_module
-    return SimpleNamespace(
-        sample_metadata=mod("aitune_fast.sample_metadata"),
-        exact_sample_metadata=mod("aitune_fast.exact_sample_metadata"),
-        locator=mod("aitune_fast.locator"),
-        tensor_spec=mod("aitune_fast.tensor_spec"),
-        global_context=mod("aitune_fast.global_context"),
-        # the reference's ``config`` is a module whose ``config`` attribute is the object; mirror that shape
-        config=SimpleNamespace(config=package.config),
-        serialization=None,
-    )
+    modules = {name: importlib.import_module(f"aitune_fast.{name}") for name in FAST_MODULES}
+    # the reference's ``config`` is a module whose ``config`` attribute is the object; mirror that shape
+    return SimpleNamespace(**modules, config=SimpleNamespace(config=package.config), serialization=None)
 
 
 @pytest.fixture(scope="session")

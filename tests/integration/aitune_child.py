@@ -19,6 +19,7 @@ Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; t
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -28,7 +29,7 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
-from child_kit import block_aitune_fast, quick_strategy, report
+from child_kit import block_aitune_fast, quick_strategy, report, seeded, tiny_llm
 from child_kit import mlp as build_mlp
 
 warnings.filterwarnings("ignore")
@@ -40,18 +41,6 @@ N_LAYERS = 24
 def models():
     import torch
 
-    class TinyLLM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(32, 8)
-            self.proj = torch.nn.Linear(8, 8)
-
-        def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
-            h = self.proj(self.emb(input_ids) * attention_mask[..., None])
-            for i in range(N_LAYERS):
-                h = h + past_key_values[f"layer{i}"]["key"].mean((1, 2))[:, None] * 0.01
-            return h
-
     class CacheUser(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -60,18 +49,7 @@ def models():
         def forward(self, x, cache, skipped=None):
             return self.lin(x) + cache.keys.sum(-1, keepdim=True)
 
-    def mlp():
-        return build_mlp(torch)
-
-    def llm():
-        torch.manual_seed(1)
-        return TinyLLM().eval()
-
-    def cache_user():
-        torch.manual_seed(2)
-        return CacheUser().eval()
-
-    return mlp, llm, cache_user
+    return functools.partial(build_mlp, torch), seeded(torch, 1, tiny_llm(torch)), seeded(torch, 2, CacheUser)
 
 
 class Cache:

@@ -15,6 +15,7 @@ PYTHONPATH.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -22,7 +23,7 @@ import threading
 import traceback
 import warnings
 
-from child_kit import block_aitune_fast, quick_strategy, report
+from child_kit import block_aitune_fast, quick_strategy, report, seeded, tiny_llm
 from child_kit import mlp as build_mlp
 
 warnings.filterwarnings("ignore")
@@ -121,6 +122,13 @@ def context_stack():
     return [dict(sorted((k, repr(v)) for k, v in frame.items())) for frame in global_context._data_stack]
 
 
+def reset_probe(inner) -> None:
+    """Undo what a section did to the probe module: its mode and every forward hook and pre-hook it registered."""
+    inner.mode.clear()
+    inner._forward_pre_hooks.clear()
+    inner._forward_hooks.clear()
+
+
 def module_state(tuned) -> dict:
     """The state of the wrapped module between calls, as a user (or a library such as HF accelerate) sees it."""
     inner = tuned.__wrapped__
@@ -182,24 +190,6 @@ def build_models(torch):
                 assert mode["block"]["go"].wait(60), "the test never released the blocked forward"
             return self.lin(x)
 
-    class TinyLLM(torch.nn.Module):
-        """A decode step: token ids, a mask, a KV cache (dict of dicts or tuple of tuples) and cache_position."""
-
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(32, 8)
-            self.proj = torch.nn.Linear(8, 8)
-
-        def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
-            h = self.proj(self.emb(input_ids) * attention_mask[..., None])
-            layers = past_key_values.values() if isinstance(past_key_values, dict) else past_key_values
-            for layer in layers:
-                key = layer["key"] if isinstance(layer, dict) else layer[0]
-                h = h + key.mean((1, 2))[:, None] * 0.01
-            if cache_position is not None:
-                h = h + cache_position.float()[:, None] * 0.001
-            return h
-
     class Signature(torch.nn.Module):
         """A forward whose signature has every kind of parameter; it reports how the backend passed its arguments."""
 
@@ -220,22 +210,14 @@ def build_models(torch):
 
         forward.__signature__ = inspect.signature(_impl)
 
-    def mlp():
-        return build_mlp(torch)
-
-    def probe():
-        torch.manual_seed(1)
-        return Probe().eval()
-
-    def llm():
-        torch.manual_seed(2)
-        return TinyLLM().eval()
-
-    def signature():
-        torch.manual_seed(5)
-        return Signature().eval()
-
-    return {"mlp": mlp, "probe": probe, "llm_dict": llm, "llm_tuple": llm, "signature": signature}
+    llm = seeded(torch, 2, tiny_llm(torch))
+    return {
+        "mlp": functools.partial(build_mlp, torch),
+        "probe": seeded(torch, 1, Probe),
+        "llm_dict": llm,
+        "llm_tuple": llm,
+        "signature": seeded(torch, 5, Signature),
+    }
 
 
 def signature_calls(torch, batch=1):
@@ -520,9 +502,7 @@ def section_reentrant(torch, tuned, mlp) -> dict:
         out["nested"] = outcome(tuned, mlp_input(torch))
     out["events_nested"] = REC.take()
     out["state_nested"] = module_state(tuned)
-    inner.mode.clear()
-    inner._forward_pre_hooks.clear()
-    inner._forward_hooks.clear()
+    reset_probe(inner)
     return out
 
 
@@ -638,22 +618,15 @@ def section_nvtx_and_metrics(torch, modules, collector) -> dict:
         outcome(modules["mlp"], torch.randn(2, 3, 16))  # no backend for these inputs
         out["failed"] = {"nvtx": REC.nvtx(), "metrics": REC.take(), "samples": metrics_samples(collector)}
         probe = modules["probe"]
-        probe.__wrapped__.mode.update(reenter=1, target=probe)
-        probe(mlp_input(torch))
-        probe.__wrapped__.mode.clear()
-        out["reentrant"] = {
-            "nvtx": REC.nvtx(),
-            "metrics": [e for e in REC.take() if e[0] != "forward"],
-            "samples": metrics_samples(collector),
-        }
-        probe.__wrapped__.mode["nested"] = modules["mlp"]
-        probe(mlp_input(torch))
-        probe.__wrapped__.mode.clear()
-        out["nested"] = {
-            "nvtx": REC.nvtx(),
-            "metrics": [e for e in REC.take() if e[0] != "forward"],
-            "samples": metrics_samples(collector),
-        }
+        for case, mode in (("reentrant", {"reenter": 1, "target": probe}), ("nested", {"nested": modules["mlp"]})):
+            probe.__wrapped__.mode.update(mode)
+            probe(mlp_input(torch))
+            probe.__wrapped__.mode.clear()
+            out[case] = {
+                "nvtx": REC.nvtx(),
+                "metrics": [e for e in REC.take() if e[0] != "forward"],
+                "samples": metrics_samples(collector),
+            }
     out["scopes_open"] = list(collector.scopes)
     return out
 
@@ -693,9 +666,7 @@ def section_thread(torch, tuned) -> dict:
     out["first_call"] = results.get("first")
     out["first_events"] = REC.take()
     out["state_after"] = module_state(tuned)
-    inner.mode.clear()
-    inner._forward_pre_hooks.clear()
-    inner._forward_hooks.clear()
+    reset_probe(inner)
     return out
 
 

@@ -1,6 +1,6 @@
 """What the child programs of this folder share. Each runs as ``python NAME_child.py ...``, which puts this folder
 first on its ``sys.path``: a quick one-backend tuning strategy, a stock AITune's environment without aitune_fast,
-the small MLP they tune, and the report on the last stdout line that ``child.run_script`` reads."""
+the small models they tune, and the report on the last stdout line that ``child.run_script`` reads."""
 
 from __future__ import annotations
 
@@ -40,6 +40,40 @@ def mlp(torch):
     """A small MLP (16 -> 32 -> 4), the same weights every time."""
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+
+
+def seeded(torch, seed: int, make: Callable[[], Any]) -> Callable[[], Any]:
+    """A builder of ``make().eval()`` that seeds torch with ``seed`` first: the same weights on every call."""
+
+    def build():
+        torch.manual_seed(seed)
+        return make().eval()
+
+    return build
+
+
+def tiny_llm(torch) -> type:
+    """The class of an LLM-like decode step: ``forward(input_ids, attention_mask, past_key_values, cache_position)``
+    with the KV cache a dict of per-layer dicts or a tuple of ``(key, value)`` tuples; every layer's key and the
+    cache position (when given) reach the output."""
+
+    class TinyLLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(32, 8)
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
+            h = self.proj(self.emb(input_ids) * attention_mask[..., None])
+            layers = past_key_values.values() if isinstance(past_key_values, dict) else past_key_values
+            for layer in layers:
+                key = layer["key"] if isinstance(layer, dict) else layer[0]
+                h = h + key.mean((1, 2))[:, None] * 0.01
+            if cache_position is not None:
+                h = h + cache_position.float()[:, None] * 0.001
+            return h
+
+    return TinyLLM
 
 
 def report(main: Callable[..., Any], *args: Any) -> None:

@@ -11,6 +11,7 @@ document on its last stdout line. Needs tests/fixtures/tensorrt_stub on PYTHONPA
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ import traceback
 import warnings
 
 from child_kit import mlp as build_mlp
-from child_kit import quick_strategy, report
+from child_kit import quick_strategy, report, seeded, tiny_llm
 
 warnings.filterwarnings("ignore")
 
@@ -41,26 +42,7 @@ def count_collectives(dist, counts: dict) -> None:
 
 
 def models(torch):
-    class TinyLLM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(32, 8)
-            self.proj = torch.nn.Linear(8, 8)
-
-        def forward(self, input_ids, attention_mask, past_key_values, cache_position=None):
-            h = self.proj(self.emb(input_ids) * attention_mask[..., None])
-            for layer in past_key_values.values():
-                h = h + layer["key"].mean((1, 2))[:, None] * 0.01
-            return h + cache_position.float()[:, None] * 0.001
-
-    def mlp():
-        return build_mlp(torch)
-
-    def llm():
-        torch.manual_seed(1)
-        return TinyLLM().eval()
-
-    return {"mlp": mlp, "llm": llm}
+    return {"mlp": functools.partial(build_mlp, torch), "llm": seeded(torch, 1, tiny_llm(torch))}
 
 
 def llm_sample(torch, seed, batch=1):

@@ -30,6 +30,14 @@ def _run_child(mode: str, workdir: Path, **env: str) -> dict:
     return run_script(CHILD, mode, str(workdir), workdir=workdir, timeout=TIMEOUT_S, **env)
 
 
+def _run_child_or_skip(mode: str, workdir: Path) -> dict:
+    """``_run_child``, skipping the tests that need it where the child reports why it cannot run here."""
+    out = _run_child(mode, workdir)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("aitune")
@@ -37,10 +45,7 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def main_run(workdir) -> dict:
-    out = _run_child("main", workdir)
-    if "skip" in out:
-        pytest.skip(out["skip"])
-    return out
+    return _run_child_or_skip("main", workdir)
 
 
 MODELS = ("mlp", "llm_cp", "llm", "cache")
@@ -135,10 +140,7 @@ def test_patched_checkpoints_load_in_stock_aitune_without_aitune_fast(main_run, 
 
 @pytest.fixture(scope="module")
 def onnx_run(workdir) -> dict:
-    out = _run_child("onnx", workdir)
-    if "skip" in out:
-        pytest.skip(out["skip"])
-    return out
+    return _run_child_or_skip("onnx", workdir)
 
 
 @pytest.fixture(scope="module")
@@ -210,22 +212,26 @@ def test_onnx_module_tuned_before_patch_saves_loadable_both_ways(onnx_stock_run,
     assert onnx_run["restock_ckpt_patched"][model]["names_aitune_fast"] is False
 
 
-TRT_DIRECTIONS = {
-    "stock->stock": ("trt_stock", "onnx", "trt_stock_stock", "aitune.torch.module"),
-    "stock->patched": ("trt_stock", "onnx", "trt_stock_patched", "aitune_fast"),
-    "patched->patched": ("trt_patched", "onnx", "trt_patched_patched", "aitune_fast"),
-    "patched->stock": ("trt_patched", "onnx_stock", "trt_patched_stock", "aitune.torch.module"),
-}
+DIRECTIONS = ["stock->stock", "stock->patched", "patched->patched", "patched->stock"]
 
 
-@pytest.mark.parametrize("direction", TRT_DIRECTIONS)
+def _written_and_read(onnx_run, onnx_stock_run, section, direction):
+    """What the ``section`` of the onnx children wrote in ``direction``'s first mode and read back in its second,
+    and the package the classes read back must come from. A stock AITune reads what was written stock in the
+    ``onnx`` child, what was written patched in the ``onnx_stock`` one."""
+    source, target = direction.split("->")
+    reader = onnx_stock_run if direction == "patched->stock" else onnx_run
+    after = reader[f"{section}_{source}_{target}"]
+    assert "error" not in after, after["error"]
+    package = "aitune_fast" if target == "patched" else "aitune.torch.module"
+    return onnx_run[f"{section}_{source}"], after, package
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_tensorrt_backend_state_round_trips(onnx_run, onnx_stock_run, direction):
     """TensorRT cannot run here: its backend state (AITune's TensorRTBackend holding the LLM-like module's graph
     spec) is written by AITune's checkpoint file task and read back by ``TensorRTBackend.from_dict``."""
-    written, reader, read, package = TRT_DIRECTIONS[direction]
-    before = onnx_run[written]
-    after = (onnx_run if reader == "onnx" else onnx_stock_run)[read]
-    assert "error" not in after, after["error"]
+    before, after, package = _written_and_read(onnx_run, onnx_stock_run, "trt", direction)
     assert after["described"] == before["described"]
     assert after["name"] == before["name"]
     assert after["types"] == [f"{package}.sample_metadata"]
@@ -233,22 +239,11 @@ def test_tensorrt_backend_state_round_trips(onnx_run, onnx_stock_run, direction)
     assert len(before["described"][0].splitlines()) > 50  # the 50 inputs of the LLM-like module
 
 
-DETAIL_DIRECTIONS = {
-    "stock->stock": ("details_stock", "onnx", "details_stock_stock", "aitune.torch.module"),
-    "stock->patched": ("details_stock", "onnx", "details_stock_patched", "aitune_fast"),
-    "patched->patched": ("details_patched", "onnx", "details_patched_patched", "aitune_fast"),
-    "patched->stock": ("details_patched", "onnx_stock", "details_patched_stock", "aitune.torch.module"),
-}
-
-
-@pytest.mark.parametrize("direction", DETAIL_DIRECTIONS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_checkpoint_metadata_in_any_container_round_trips(onnx_run, onnx_stock_run, direction):
     """Shared metadata stays shared (and a list holding itself holds itself), tuples, OrderedDicts,
     ExactSampleMetadata, lone locators and specs, and other_data values come back equal in either package."""
-    written, reader, read, package = DETAIL_DIRECTIONS[direction]
-    before = onnx_run[written]
-    after = (onnx_run if reader == "onnx" else onnx_stock_run)[read]
-    assert "error" not in after, after["error"]
+    before, after, package = _written_and_read(onnx_run, onnx_stock_run, "details", direction)
     names = ("sample_metadata", "exact_sample_metadata", "locator", "tensor_spec", "sample_metadata")
     assert after["types"] == [f"{package}.{name}" for name in names]
     assert after["exact_is_exact"] and after["shared"] and after["loop"]
@@ -264,10 +259,7 @@ def test_checkpoint_metadata_in_any_container_round_trips(onnx_run, onnx_stock_r
 
 @pytest.fixture(scope="module")
 def edges_run(workdir) -> dict:
-    out = _run_child("edges", workdir)
-    if "skip" in out:
-        pytest.skip(out["skip"])
-    return out
+    return _run_child_or_skip("edges", workdir)
 
 
 @pytest.fixture(scope="module")

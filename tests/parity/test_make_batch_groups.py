@@ -8,7 +8,13 @@ import copy
 import aitune_fast._helpers as helpers
 import pytest
 import torch
-from parity import arange_tensor, assert_no_aliasing, assert_no_shared_containers, assert_same_tree
+from parity import (
+    TensorHolder,
+    arange_tensor,
+    assert_no_aliasing,
+    assert_no_shared_containers,
+    assert_same_tree,
+)
 
 
 def SM(impl):  # noqa: N802 - reads like the class
@@ -159,17 +165,11 @@ def test_make_batch_batches_unusual_tensors_like_the_reference(ref, fast, stacks
 
 
 def test_make_batch_of_a_grouped_tensor_also_held_elsewhere_leaves_that_reference_whole(ref, fast):
-    class Opaque:
-        """Not registered: a leaf that make_batch deep-copies but does not batch."""
-
-        def __init__(self, tensor):
-            self.tensor = tensor
-
     results = []
     for impl in (ref, fast):
         md = learned(impl, lambda bs: {"x": [distinct((bs, 2), i) for i in range(5)]})
         tensors = [distinct((3, 2), i) for i in range(5)]
-        inputs = {"x": tensors, "holder": Opaque(tensors[2])}
+        inputs = {"x": tensors, "holder": TensorHolder(tensors[2])}
         result = md.make_batch(inputs, 1)
         assert_no_aliasing(result, inputs)
         results.append(result)

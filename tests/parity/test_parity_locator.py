@@ -46,6 +46,14 @@ def display_paths(snap):
     return [loc["display_path"] for loc, _ in snap]
 
 
+class Fields:
+    """An object whose instance attributes are the keywords it is made with; a test subclasses it for a type of its
+    own to register."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
 # ------------------------------------------------------------------------------------------- ObjectType
 
 
@@ -720,62 +728,53 @@ def test_registered_user_type_as_root_uses_attribute_paths(ref, fast, registry):
 
 
 def test_registered_user_type_nested_in_user_type(ref, fast, registry):
-    class Outer:
-        def __init__(self, inner):
-            self.inner = inner
-            self.z = 0
+    class Outer(Fields):
+        pass
 
-    class Inner:
-        def __init__(self):
-            self.t = torch.zeros(1)
+    class Inner(Fields):
+        pass
 
     registry.register(Outer)
     registry.register(Inner)
-    snap = assert_same_leaves(ref, fast, [Outer(Inner())])
+    snap = assert_same_leaves(ref, fast, [Outer(inner=Inner(t=torch.zeros(1)), z=0)])
     assert display_paths(snap) == ["[0].inner.t", "[0].z"]
 
 
 def test_subclass_of_a_registered_user_type_is_not_walked(ref, fast, registry):
-    class Base:
-        def __init__(self):
-            self.t = torch.zeros(1)
+    class Base(Fields):
+        pass
 
     class Derived(Base):
         pass
 
     registry.register(Base)
-    snap = assert_same_leaves(ref, fast, {"b": Base(), "d": Derived()})
+    snap = assert_same_leaves(ref, fast, {"b": Base(t=torch.zeros(1)), "d": Derived(t=torch.zeros(1))})
     assert display_paths(snap) == ["b.t", "d"]
 
 
 def test_user_type_registered_only_tensors_yields_only_tensors_beneath_it(ref, fast, registry):
-    class Cache:
-        def __init__(self):
-            self.keys = [torch.zeros(1), 5]
-            self.length = 3
-            self.value = torch.zeros(2)
+    class Cache(Fields):
+        pass
 
     registry.register(Cache, only_tensors=True)
-    obj = {"cache": Cache(), "n": 1, "s": "x"}
+    obj = {"cache": Cache(keys=[torch.zeros(1), 5], length=3, value=torch.zeros(2)), "n": 1, "s": "x"}
     snap = assert_same_leaves(ref, fast, obj)
     assert display_paths(snap) == ["cache.keys[0]", "cache.value", "n", "s"]
 
 
 def test_nested_registered_type_with_only_tensors_false_overrides_an_only_tensors_parent(ref, fast, registry):
-    class TensorsOnly:
-        def __init__(self, child):
-            self.child = child
-            self.n = 1
+    class TensorsOnly(Fields):
+        pass
 
-    class Everything:
-        def __init__(self):
-            self.m = 2
-            self.t = torch.zeros(1)
-            self.rest = [3, {"k": "v"}]
+    class Everything(Fields):
+        pass
+
+    def everything():
+        return Everything(m=2, t=torch.zeros(1), rest=[3, {"k": "v"}])
 
     registry.register(TensorsOnly, only_tensors=True)
     registry.register(Everything, only_tensors=False)
-    obj = {"a": TensorsOnly(Everything()), "b": TensorsOnly([Everything(), 4])}
+    obj = {"a": TensorsOnly(child=everything(), n=1), "b": TensorsOnly(child=[everything(), 4], n=1)}
     snap = assert_same_leaves(ref, fast, obj)
     assert display_paths(snap) == [
         "a.child.m",
@@ -792,25 +791,21 @@ def test_nested_registered_type_with_only_tensors_false_overrides_an_only_tensor
 def test_find_leaves_only_tensors_argument_is_overridden_by_a_registered_type_with_only_tensors_false(
     ref, fast, registry
 ):
-    class Everything:
-        def __init__(self):
-            self.m = 2
-            self.t = torch.zeros(1)
+    class Everything(Fields):
+        pass
 
     registry.register(Everything, only_tensors=False)
-    obj = {"n": 1, "e": Everything(), "l": [Everything(), "s"]}
+    obj = {"n": 1, "e": Everything(m=2, t=torch.zeros(1)), "l": [Everything(m=2, t=torch.zeros(1)), "s"]}
     snap = assert_same_leaves(ref, fast, obj, only_tensors=True)
     assert display_paths(snap) == ["e.m", "e.t", "l[0].m", "l[0].t"]
 
 
 def test_registered_only_tensors_root(ref, fast, registry):
-    class Cache:
-        def __init__(self):
-            self.a = 1
-            self.b = torch.zeros(1)
+    class Cache(Fields):
+        pass
 
     registry.register(Cache, only_tensors=True)
-    snap = assert_same_leaves(ref, fast, Cache())
+    snap = assert_same_leaves(ref, fast, Cache(a=1, b=torch.zeros(1)))
     assert display_paths(snap) == [".b"]
 
 
@@ -909,15 +904,13 @@ def test_unignore_makes_an_ignored_type_a_leaf_again(ref, fast, registry):
 
 
 def test_registering_again_changes_the_only_tensors_flag(ref, fast, registry):
-    class Box:
-        def __init__(self):
-            self.a = 1
-            self.t = torch.zeros(1)
+    class Box(Fields):
+        pass
 
     registry.register(Box, only_tensors=True)
-    assert display_paths(assert_same_leaves(ref, fast, [Box()])) == ["[0].t"]
+    assert display_paths(assert_same_leaves(ref, fast, [Box(a=1, t=torch.zeros(1))])) == ["[0].t"]
     registry.register(Box, only_tensors=False)
-    assert display_paths(assert_same_leaves(ref, fast, [Box()])) == ["[0].a", "[0].t"]
+    assert display_paths(assert_same_leaves(ref, fast, [Box(a=1, t=torch.zeros(1))])) == ["[0].a", "[0].t"]
 
 
 def test_unregistering_and_unignoring_unknown_types_is_a_no_op(ref, fast):

@@ -18,6 +18,7 @@ from parity import (
     FrozenPoint,
     Pair,
     Point,
+    TensorHolder,
     arange_tensor,
     assert_no_aliasing,
     assert_no_shared_containers,
@@ -1194,16 +1195,10 @@ def test_make_batch_treats_a_tensor_shared_by_two_locators_independently(ref, fa
 
 
 def test_make_batch_leaves_other_references_to_a_batched_tensor_at_full_size(ref, fast):
-    class Opaque:
-        """Not registered: a leaf that make_batch deep-copies but does not batch."""
-
-        def __init__(self, tensor):
-            self.tensor = tensor
-
     results = []
     for impl in (ref, fast):
         shared = t((2, 2))
-        inputs = {"a": shared, "b": t((2, 2)), "holder": Opaque(shared), "view": [shared]}
+        inputs = {"a": shared, "b": t((2, 2)), "holder": TensorHolder(shared), "view": [shared]}
         md = _shared_spec_md(impl, ("a",))
         result = md.make_batch(inputs, 1)
         results.append((result["a"].shape, result["holder"].tensor.shape, result["view"][0].shape))

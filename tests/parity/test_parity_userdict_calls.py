@@ -21,55 +21,39 @@ def _data():
     return {"t": t(2), "other": t(3), "n": 1, "nested": {"x": t(4)}}
 
 
+def counted(name: str):
+    """UserDict's method ``name``, done on ``self.data``, counting its calls in the class's ``calls``."""
+
+    def method(self, *args):
+        type(self).calls[name] += 1
+        return getattr(self.data, name)(*args)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
 class Counted(UserDict):
     """Counts the calls of the methods a walk might use; ``items`` is ``BatchEncoding``'s."""
 
     calls: Counter = Counter()
-
-    def items(self):
-        type(self).calls["items"] += 1
-        return self.data.items()
-
-    def keys(self):
-        type(self).calls["keys"] += 1
-        return self.data.keys()
-
-    def values(self):
-        type(self).calls["values"] += 1
-        return self.data.values()
-
-    def __iter__(self):
-        type(self).calls["__iter__"] += 1
-        return iter(self.data)
-
-    def __getitem__(self, key):
-        type(self).calls["__getitem__"] += 1
-        return self.data[key]
-
-    def __len__(self):
-        type(self).calls["__len__"] += 1
-        return len(self.data)
+    items = counted("items")
+    keys = counted("keys")
+    values = counted("values")
+    __iter__ = counted("__iter__")
+    __getitem__ = counted("__getitem__")
+    __len__ = counted("__len__")
 
 
 class DataItems(UserDict):
     """``BatchEncoding``'s shape: ``items`` is ``return self.data.items()``; the others count."""
 
     calls: Counter = Counter()
+    keys = counted("keys")
+    __iter__ = counted("__iter__")
+    __getitem__ = counted("__getitem__")
 
     def items(self):
         return self.data.items()
-
-    def keys(self):
-        type(self).calls["keys"] += 1
-        return self.data.keys()
-
-    def __iter__(self):
-        type(self).calls["__iter__"] += 1
-        return iter(self.data)
-
-    def __getitem__(self, key):
-        type(self).calls["__getitem__"] += 1
-        return self.data[key]
 
     def __getattr__(self, name):
         type(self).calls["__getattr__"] += 1

@@ -150,15 +150,22 @@ def test_getter_that_replaces_the_instance_dict(ref, fast, registry):
     assert shapes(fast, lambda: {"u": U()}) == [[1], [5, 5, 5]]
 
 
+def _registered_class_adding_a_property(registry) -> type:
+    """A new registered class whose getter ``a`` adds a property to it (``AddsProperty``)."""
+
+    class U:
+        a = AddsProperty()
+
+        def __init__(self):
+            self.b = t(2)
+
+    registry.register(U)
+    return U
+
+
 def test_getter_that_adds_a_property_to_the_class(ref, fast, registry):
     def build():
-        class U:
-            a = AddsProperty()
-
-            def __init__(self):
-                self.b = t(2)
-
-        registry.register(U)
+        U = _registered_class_adding_a_property(registry)
         # the second instance is opened after the first one's getter changed the class
         return {"u": U(), "v": [U(), U()]}
 
@@ -190,13 +197,7 @@ def test_same_layout_instances_after_a_class_change(ref, fast, registry):
     """Instances laid out alike share one remembered layout; a getter of the first changes the class."""
 
     def build():
-        class U:
-            a = AddsProperty()
-
-            def __init__(self):
-                self.b = t(2)
-
-        registry.register(U)
+        U = _registered_class_adding_a_property(registry)
         return {"xs": [U() for _ in range(3)]}
 
     assert_same(ref, fast, build)

@@ -1,7 +1,9 @@
 """Scenarios for the robustness tests, run in child processes by ``child.run_child``.
 
-Every public function here runs one scenario and returns JSON-ready data for the parent test to check. They
-import torch, the reference and aitune_fast lazily, so that importing this module is cheap.
+Every public function here runs one scenario and returns JSON-ready data for the parent test to check: a record
+of ``robust_results.py``, a dict of them keyed by case, or an ``Outcome``; ``child.run_scenario`` reads a result
+back as the type the function's signature names, so the tests read fields by name. The scenarios import torch,
+the reference and aitune_fast lazily, so that importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -16,6 +18,27 @@ from types import MappingProxyType
 from typing import Any
 
 from impls import fast, outcome, ref
+from robust_results import (
+    Battery,
+    Codecs,
+    Comparison,
+    ConcurrentUse,
+    CycleCall,
+    Cycles,
+    DeepOps,
+    EndlessRun,
+    GetterError,
+    NestedLayouts,
+    Outcome,
+    Panic,
+    PeakRss,
+    Renderings,
+    SharedReferences,
+    SharedSublists,
+    SmallStackCorpus,
+    Threads,
+    TooDeep,
+)
 
 SMALL_STACK = 512 * 1024  # macOS's default for secondary threads; far below glibc's 8 MiB
 DEEP = 100_000
@@ -172,7 +195,7 @@ CYCLE_CASES = [
 ]
 
 
-def cycles() -> dict:
+def cycles() -> Cycles:
     """Every cyclic argument, through every entry point: the outcome, the message, and whether all stays usable."""
     import torch
 
@@ -195,18 +218,13 @@ def cycles() -> dict:
             t0 = time.perf_counter()
             first = outcome(lambda: fn(inputs))  # noqa: B023
             again = outcome(lambda: fn(inputs))  # noqa: B023
-            results[f"{case}/{ep}"] = {
-                "first": first,
-                "again": again,
-                "path": path,
-                "seconds": time.perf_counter() - t0,
-            }
+            results[f"{case}/{ep}"] = CycleCall(first, again, path, time.perf_counter() - t0)
     ok = F.SampleMetadata.from_inputs({"x": torch.zeros(1)}, strict=True)
-    return {
-        "cases": results,
-        "usable_after": ok.to_json_dict()["tensor_data"][0]["shape"] == [1],
-        "hwm_growth_mib": vm_hwm_mib() - start_hwm,
-    }
+    return Cycles(
+        cases=results,
+        usable_after=ok.to_json_dict()["tensor_data"][0]["shape"] == [1],
+        hwm_growth_mib=vm_hwm_mib() - start_hwm,
+    )
 
 
 class Endless:
@@ -221,19 +239,19 @@ class _FreshChild:
 Endless.child = _FreshChild()  # type: ignore[attr-defined]
 
 
-def endless() -> dict:
+def endless() -> EndlessRun:
     """An argument that is infinitely deep without being cyclic is rejected, with bounded time and memory."""
     F = fast()
     F.Locator.register_user_type(Endless)
     before = vm_hwm_mib()
     t0 = time.perf_counter()
     out = outcome(lambda: F.SampleMetadata.from_inputs({"x": Endless()}))
-    return {
-        "outcome": out[:2] + [out[2][:200]] if out[0] == "raise" else out,
-        "seconds": time.perf_counter() - t0,
-        "hwm_growth_mib": vm_hwm_mib() - before,
-        "max_depth": getattr(F._core, "MAX_DEPTH", None),
-    }
+    return EndlessRun(
+        outcome=out[:2] + [out[2][:200]] if out[0] == "raise" else out,
+        seconds=time.perf_counter() - t0,
+        hwm_growth_mib=vm_hwm_mib() - before,
+        max_depth=getattr(F._core, "MAX_DEPTH", None),
+    )
 
 
 class LayoutNode:
@@ -243,7 +261,7 @@ class LayoutNode:
         self.__dict__.update(fields)
 
 
-def nested_layouts() -> dict:
+def nested_layouts() -> NestedLayouts:
     """A user-type instance nesting instances of its own type laid out otherwise: the walk keeps one layout per
     type for lookups, and the outer instance's layout must stay readable while its inner ones replace it."""
     import torch
@@ -271,13 +289,13 @@ def nested_layouts() -> dict:
         for _ in range(3):
             obj = {"root": nest(6), "again": nest(3)}
             rounds.append(paths(F.Locator, obj) == paths(R.locator.Locator, obj))
-        return {"same": rounds, "n": len(paths(F.Locator, obj))}
+        return NestedLayouts(same=rounds, n=len(paths(F.Locator, obj)))
     finally:
         for impl in (R.locator.Locator, F.Locator):
             impl.unregister_user_type(LayoutNode)
 
 
-def shared_references() -> dict:
+def shared_references() -> dict[str, SharedReferences]:
     """Shared, acyclic references (the same tensor, list, dataclass or user object in several places) describe
     exactly as in the reference."""
     import torch
@@ -313,11 +331,11 @@ def shared_references() -> dict:
                 classes = True
             except AssertionError as exc:
                 classes = str(exc)
-            out[f"strict={strict}"] = {
-                "snap_same": md_snap(R, r[0]) == md_snap(F, f[0]),
-                "classes": classes,
-                "n_tensors": [len(r[0].tensor_data), len(f[0].tensor_data)],
-            }
+            out[f"strict={strict}"] = SharedReferences(
+                snap_same=md_snap(R, r[0]) == md_snap(F, f[0]),
+                classes=classes,
+                n_tensors=[len(r[0].tensor_data), len(f[0].tensor_data)],
+            )
     finally:
         for impl in (R.locator.Locator, F.Locator):
             impl.unregister_user_type(UserNode)
@@ -355,7 +373,7 @@ def _nest(kind: str, depth: int, leaf):
 DEPTH_KINDS = ["list", "tuple", "dict", "dataclass", "user_type", "mixed"]
 
 
-def deep(stack: int) -> dict:
+def deep(stack: int) -> dict[str, DeepOps]:
     """100,000-deep arguments of every container kind through every operation, on a thread with ``stack`` bytes
     of stack (0: the main thread)."""
     import torch
@@ -368,29 +386,28 @@ def deep(stack: int) -> dict:
         for kind in DEPTH_KINDS:
             a = {"x": _nest(kind, DEEP, torch.zeros(2, 3)), "s": 1}
             b = {"x": _nest(kind, DEEP, torch.zeros(4, 3)), "s": 1}
-            r: dict[str, Any] = {}
             ma = F.SampleMetadata.from_inputs(a, strict=True)
             mb = F.SampleMetadata.from_inputs(b, strict=True)
-            r["n_tensors"] = len(ma.tensor_data)
-            r["depth"] = ma.tensor_data[0][0].depth
-            r["eq"] = outcome(lambda: ma == mb)  # noqa: B023
-            r["hash_eq"] = outcome(lambda: hash(ma) == hash(mb))  # noqa: B023
-            r["json"] = outcome(lambda: len(ma.to_json_dict()["tensor_data"][0]["access_path"]))  # noqa: B023
-            r["str"] = outcome(lambda: len(str(ma)))  # noqa: B023
-            r["update"] = outcome(lambda: ma.update_shapes_seen(mb))  # noqa: B023
-            r["learned"] = ma.tensor_data[0][1].shape
-            r["exact"] = outcome(
-                lambda: F.ExactSampleMetadata.from_inputs(a) == F.ExactSampleMetadata.from_inputs(a)  # noqa: B023
-            )
-            r["outputs"] = outcome(lambda: len(F.SampleMetadata.from_outputs(a["x"]).tensor_data))  # noqa: B023
+            exact = F.ExactSampleMetadata.from_inputs
             leaves = list(F.Locator.find_leaves(a))
-            r["leaves"] = len(leaves)
             loc = leaves[0][0]
-            r["get_value"] = outcome(lambda: loc.get_value(a) is leaves[0][1])  # noqa: B023
             new = torch.ones(1)
-            r["set_value"] = outcome(lambda: loc.get_value(loc.set_value(a, new)) is new)  # noqa: B023
-            r["to_json"] = outcome(lambda: len(ma.to_json()))  # noqa: B023
-            res[kind] = r
+            res[kind] = DeepOps(
+                n_tensors=len(ma.tensor_data),
+                depth=ma.tensor_data[0][0].depth,
+                eq=outcome(lambda: ma == mb),  # noqa: B023
+                hash_eq=outcome(lambda: hash(ma) == hash(mb)),  # noqa: B023
+                json=outcome(lambda: len(ma.to_json_dict()["tensor_data"][0]["access_path"])),  # noqa: B023
+                str=outcome(lambda: len(str(ma))),  # noqa: B023
+                update=outcome(lambda: ma.update_shapes_seen(mb)),  # noqa: B023
+                learned=ma.tensor_data[0][1].shape,
+                exact=outcome(lambda: exact(a) == exact(a)),  # noqa: B023
+                outputs=outcome(lambda: len(F.SampleMetadata.from_outputs(a["x"]).tensor_data)),  # noqa: B023
+                leaves=len(leaves),
+                get_value=outcome(lambda: loc.get_value(a) is leaves[0][1]),  # noqa: B023
+                set_value=outcome(lambda: loc.get_value(loc.set_value(a, new)) is new),  # noqa: B023
+                to_json=outcome(lambda: len(ma.to_json())),  # noqa: B023
+            )
         return res
 
     return in_thread(work, stack)
@@ -412,27 +429,26 @@ def deep_parity() -> dict:
     return out
 
 
-def too_deep(stack: int) -> dict:
+def too_deep(stack: int) -> TooDeep:
     """Beyond ``MAX_DEPTH`` an argument is rejected with a clear ``ValueError``, on any thread."""
     import torch
 
     F = fast()
     limit = getattr(F._core, "MAX_DEPTH", None)
     if limit is None:
-        return {"limit": None}
+        return TooDeep(limit=None)
     x = _nest("list", limit + 1, torch.zeros(1))
 
     def work():
         t0 = time.perf_counter()
         out = outcome(lambda: F.SampleMetadata.from_inputs({"x": x}))
-        return {"outcome": out[:2] + [out[2][:120]] if out[0] == "raise" else out, "seconds": time.perf_counter() - t0}
+        head = out[:2] + [out[2][:120]] if out[0] == "raise" else out
+        return TooDeep(limit=limit, outcome=head, seconds=time.perf_counter() - t0)
 
-    res = in_thread(work, stack)
-    res["limit"] = limit
-    return res
+    return in_thread(work, stack)
 
 
-def deep_other_data(stack: int, depth: int) -> dict:
+def deep_other_data(stack: int, depth: int) -> dict[str, Renderings]:
     """Non-container leaves nested ``depth`` deep (frozensets, mapping proxies, a list inside a set...) in strict
     mode: hash, ==, rendering and JSON never crash. The reference raises RecursionError for these."""
     import torch
@@ -458,12 +474,12 @@ def deep_other_data(stack: int, depth: int) -> dict:
         for name, make in values.items():
             a = F.SampleMetadata.from_inputs({"v": make(depth), "t": torch.zeros(1)}, strict=True)
             b = F.SampleMetadata.from_inputs({"v": make(depth), "t": torch.zeros(1)}, strict=True)
-            res[name] = {
-                "hash": outcome(lambda: hash(a)),  # noqa: B023
-                "eq": outcome(lambda: a == b),  # noqa: B023
-                "json": outcome(lambda: a.to_json_dict()),  # noqa: B023
-                "str": outcome(lambda: str(a)),  # noqa: B023
-            }
+            res[name] = Renderings(
+                hash=outcome(lambda: hash(a)),  # noqa: B023
+                eq=outcome(lambda: a == b),  # noqa: B023
+                json=outcome(lambda: a.to_json_dict()),  # noqa: B023
+                str=outcome(lambda: str(a)),  # noqa: B023
+            )
         return res
 
     return in_thread(work, stack)
@@ -483,7 +499,7 @@ def _deep_document(depth: int) -> str:
     return text
 
 
-def nested_documents(stack: int, depth: int) -> dict:
+def nested_documents(stack: int, depth: int) -> Codecs:
     """The codecs on a document whose other value is nested ``depth`` deep, on a ``stack``-byte thread: each
     operation works or raises RecursionError (the C stack is checked before each level), never crashes."""
     SM = fast().SampleMetadata
@@ -492,19 +508,19 @@ def nested_documents(stack: int, depth: int) -> dict:
     data = md.to_dict()
 
     def work():
-        return {
-            "from_json": outcome(lambda: SM.from_json(text)),
-            "to_json": outcome(md.to_json),
-            "to_dict": outcome(md.to_dict),
-            "from_dict": outcome(lambda: SM.from_dict(data)),
-            "round_trip": outcome(lambda: SM.from_json(md.to_json()) == md),
-            "hash": outcome(lambda: hash(md)),
-        }
+        return Codecs(
+            from_json=outcome(lambda: SM.from_json(text)),
+            to_json=outcome(md.to_json),
+            to_dict=outcome(md.to_dict),
+            from_dict=outcome(lambda: SM.from_dict(data)),
+            round_trip=outcome(lambda: SM.from_json(md.to_json()) == md),
+            hash=outcome(lambda: hash(md)),
+        )
 
     return in_thread(work, stack)
 
 
-def deep_mapping_hash(stack: int, depth: int) -> list:
+def deep_mapping_hash(stack: int, depth: int) -> Outcome:
     """``hash()`` of a strict metadata whose other value is a mapping proxy holding a list nested ``depth`` deep
     (a leaf the walk does not open, hashed recursively), on a ``stack``-byte thread."""
     import torch
@@ -516,7 +532,7 @@ def deep_mapping_hash(stack: int, depth: int) -> list:
     return in_thread(lambda: outcome(lambda: hash(md)), stack)
 
 
-def shared_sublists(depth: int) -> dict:
+def shared_sublists(depth: int) -> SharedSublists:
     """A reference-format dict whose pickled other value shares its sub-lists (``x = [x, x]``, ``depth`` times:
     a few hundred bytes that expand to ``2**depth`` lists): to_dict/to_json finish quickly, with the value
     written in full or refused with an error that says why."""
@@ -529,20 +545,21 @@ def shared_sublists(depth: int) -> dict:
     loc = R.Locator((("o", R.ObjectType.DICT),))
     data = {"tensor_data": pickle.dumps(()), "other_data": pickle.dumps(((loc, x),)), "strict": True, "llm_phase": None}
     md = fast().SampleMetadata.from_dict(data)
-    res: dict[str, Any] = {"input_bytes": len(data["other_data"])}
-    for name in ("to_dict", "to_json"):
+
+    def timed(encode) -> tuple[Outcome, float]:
         t0 = time.perf_counter()
-        res[name] = outcome(lambda: len(getattr(md, name)()))  # noqa: B023
-        res[name + "_seconds"] = time.perf_counter() - t0
-    if res["to_json"][0] == "ok":
-        res["round_trip"] = fast().SampleMetadata.from_json(md.to_json()) == md
-    return res
+        return outcome(lambda: len(encode())), time.perf_counter() - t0
+
+    to_dict, to_dict_seconds = timed(md.to_dict)
+    to_json, to_json_seconds = timed(md.to_json)
+    round_trip = fast().SampleMetadata.from_json(md.to_json()) == md if to_json[0] == "ok" else None
+    return SharedSublists(len(data["other_data"]), to_dict, to_dict_seconds, to_json, to_json_seconds, round_trip)
 
 
 SMALL_STACK_NESTING = 100  # CPython 3.11's own repr of mapping proxies nested 200 deep overflows 128 KiB
 
 
-def nested_reference_pickles(stack: int, depth: int) -> dict:
+def nested_reference_pickles(stack: int, depth: int) -> dict[str, Outcome]:
     """``from_dict`` of reference-format dicts whose pickled other value nests tuples, frozensets or lists
     ``depth`` deep, on a ``stack``-byte thread (the restricted reader converts values recursively, in Python)."""
     import pickle
@@ -567,7 +584,7 @@ def nested_reference_pickles(stack: int, depth: int) -> dict:
     return in_thread(lambda: {k: outcome(lambda: SM.from_dict(d)) for k, d in data.items()}, stack)  # noqa: B023
 
 
-def small_stack_corpus(stack: int, examples: int) -> dict:
+def small_stack_corpus(stack: int, examples: int) -> SmallStackCorpus:
     """The robustness battery, the cycle cases, nested other data, shared references and the hostile fuzz, all
     on one ``stack``-byte thread. The other data is nested only as deep as CPython's own ``==`` and ``repr``
     survive on such a stack (they recurse in C without checking it before 3.12); deeper values are in
@@ -575,13 +592,13 @@ def small_stack_corpus(stack: int, examples: int) -> dict:
     import hostile_cases
 
     def work():
-        return {
-            "battery": battery(),
-            "cycles": cycles(),
-            "deep_other_data": deep_other_data(0, SMALL_STACK_NESTING),
-            "shared": shared_references(),
-            "hostile": hostile_cases.fuzz(examples, 0),
-        }
+        return SmallStackCorpus(
+            battery=battery(),
+            cycles=cycles(),
+            deep_other_data=deep_other_data(0, SMALL_STACK_NESTING),
+            shared=shared_references(),
+            hostile=hostile_cases.fuzz(examples, 0),
+        )
 
     return in_thread(work, stack)
 
@@ -698,7 +715,7 @@ def _first_diff(a: Any, b: Any, path: str = "") -> str:
     return f"{path}: {a!r:.300} != {b!r:.300}"
 
 
-def _compare(fn_ref, fn_fast) -> dict:
+def _compare(fn_ref, fn_fast) -> Comparison:
     """Run the same check on both implementations; equal results, or where they differ the first difference."""
     try:
         r = ["ok", fn_ref()]
@@ -709,11 +726,11 @@ def _compare(fn_ref, fn_fast) -> dict:
     except BaseException as exc:  # noqa: BLE001
         f = ["raise", type(exc).__name__, str(exc)[:200]]
     if r == f:
-        return {"same": True, "ref": r[0]}
-    return {"same": False, "ref": r[0], "fast": f[0], "diff": _first_diff(r, f)[:1500]}
+        return Comparison(same=True, ref=r[0])
+    return Comparison(same=False, ref=r[0], fast=f[0], diff=_first_diff(r, f)[:1500])
 
 
-def tensor_kinds() -> dict:
+def tensor_kinds() -> dict[str, dict[str, Comparison]]:
     """Every tensor kind: the same description, equality, hash classes, shape learning and exact metadata as the
     reference."""
     from parity import assert_same_eq_hash_classes, md_snap
@@ -754,9 +771,9 @@ def tensor_kinds() -> dict:
 
     try:
         assert_same_eq_hash_classes(all_md("ref"), all_md("fast"))
-        out["__eq_hash_classes__"] = {"classes": {"same": True}}
+        out["__eq_hash_classes__"] = {"classes": Comparison(same=True)}
     except BaseException as exc:  # noqa: BLE001
-        out["__eq_hash_classes__"] = {"classes": {"same": False, "diff": f"{type(exc).__name__}: {exc}"[:1000]}}
+        out["__eq_hash_classes__"] = {"classes": Comparison(same=False, diff=f"{type(exc).__name__}: {exc}"[:1000])}
     return out
 
 
@@ -776,7 +793,7 @@ def _symbolic_fake(shape, dynamic):
     return mode.from_tensor(torch.zeros(*shape), symbolic_context=ctx), env
 
 
-def symbolic() -> dict:
+def symbolic() -> dict[str, Comparison]:
     """Tensors whose shape holds symbolic sizes: under a fake tensor mode with a shape environment, under
     ``make_fx(tracing_mode="symbolic")`` and under ``torch.compile(dynamic=True)``. Same results as the reference
     and the symbols stay symbolic (no guard is added, no size is specialised)."""
@@ -1001,7 +1018,7 @@ def _other_observe(SM, name: str) -> dict:
     return res
 
 
-def other_data() -> dict:
+def other_data() -> dict[str, Comparison]:
     """Huge ints, NaNs, raising __eq__/__hash__, numpy arrays and scalars: the same outcomes (results or
     exception types) as the reference for ==, !=, hash, JSON, rendering and shape learning."""
     R, F = ref(), fast()
@@ -1071,13 +1088,13 @@ def _getter_cases(err: BaseException):
     }
 
 
-def getter_errors() -> dict:
+def getter_errors() -> dict[str, GetterError]:
     """An exception raised by a user type's (or dataclass's) attribute getter propagates unchanged: the very
     same exception object, from every entry point; the reference behaves the same."""
     import torch
 
     R, F = ref(), fast()
-    out = {}
+    out: dict[str, dict[str, list]] = {}
     for err_kind in ("custom", "attribute", "keyboard_like"):
         for impl_name, impl in (("ref", R), ("fast", F)):
             err: BaseException
@@ -1106,13 +1123,13 @@ def getter_errors() -> dict:
                     out.setdefault(f"{err_kind}/{case}/{ep}", {})[impl_name] = got
                 if register:
                     Loc.unregister_user_type(cls)
-    return out
+    return {key: GetterError(ref=got["ref"], fast=got["fast"]) for key, got in out.items()}
 
 
 # ============================================================================================== panics
 
 
-def panics() -> dict:
+def panics() -> dict[str, Panic]:
     """Operations that have made the Rust core panic. Whatever each does, the process survives, a panic (if any)
     arrives as a Python exception, and the library keeps working afterwards."""
     import torch
@@ -1176,13 +1193,14 @@ def panics() -> dict:
         ("bad_spec_lists", bad_spec_lists),
         ("hook", hook),
     ):
+        got: list
         try:
             fn()
-            results[name] = ["ok"]
+            got = ["ok"]
         except BaseException as exc:  # noqa: BLE001
-            results[name] = ["raise", type(exc).__name__, isinstance(exc, Exception), str(exc)[:200]]
+            got = ["raise", type(exc).__name__, isinstance(exc, Exception), str(exc)[:200]]
         md = F.SampleMetadata.from_inputs({"x": torch.zeros(3)}, strict=True)
-        results[name].append(md.to_json_dict()["tensor_data"][0]["shape"] == [3] and hash(md) == hash(md))
+        results[name] = Panic(got, md.to_json_dict()["tensor_data"][0]["shape"] == [3] and hash(md) == hash(md))
     return results
 
 
@@ -1223,7 +1241,7 @@ def _worker_inputs(k: int, i: int):
     }
 
 
-def threads(workers: int, iterations: int) -> dict:
+def threads(workers: int, iterations: int) -> Threads:
     """``workers`` threads run from_inputs, hash, ==, update_shapes_seen and to_json_dict on their own metadata
     while another thread registers, ignores and releases types; every result is the single-threaded one."""
     import sys
@@ -1315,7 +1333,7 @@ def threads(workers: int, iterations: int) -> dict:
         churner.join()
     finally:
         sys.setswitchinterval(old)
-    return {"errors": errors[:20], "churns": churns[0], "seconds": time.perf_counter() - t0}
+    return Threads(errors=errors[:20], churns=churns[0], seconds=time.perf_counter() - t0)
 
 
 class Slow(Fixed):
@@ -1330,7 +1348,7 @@ class Slow(Fixed):
         return isinstance(other, Slow)
 
 
-def shared_metadata() -> dict:
+def shared_metadata() -> dict[str, ConcurrentUse]:
     """One metadata used by two threads at once: one reads it (hash, ==, to_json_dict) while its user values
     release the GIL, the other mutates it (update_shapes_seen, the first tensor_data). Each call either works or
     raises an ordinary exception (RuntimeError); none panics, none crashes."""
@@ -1338,7 +1356,7 @@ def shared_metadata() -> dict:
 
     F = fast()
     SM = F.SampleMetadata
-    results: dict[str, list] = {}
+    results: dict[str, ConcurrentUse] = {}
     readers = {
         "hash": lambda md, other: hash(md),
         "eq": lambda md, other: md == other,
@@ -1367,14 +1385,25 @@ def shared_metadata() -> dict:
             w = outcome(lambda writer=writer, md=md, other=other: writer(md, other))
             th.join()
             after = outcome(lambda md=md: (hash(md), md.to_json_dict())[0] is not None)
-            results[f"{rname}+{wname}"] = [box["r"], w, after]
+            results[f"{rname}+{wname}"] = ConcurrentUse(reader=box["r"], writer=w, after=after)
     return results
 
 
 # ============================================================================================== leaks
 
 
-def rss_cycles(warmup: int, cycles: int) -> dict:
+def _peak_rss(run, warmup: int, cycles: int) -> PeakRss:
+    """The peak RSS after ``run(warmup)`` and again after ``run(cycles)``, each followed by a full collection."""
+    run(warmup)
+    gc.collect()
+    before = vm_hwm_mib()
+    t0 = time.perf_counter()
+    run(cycles)
+    gc.collect()
+    return PeakRss(before=before, after=vm_hwm_mib(), seconds=time.perf_counter() - t0)
+
+
+def rss_cycles(warmup: int, cycles: int) -> PeakRss:
     """Peak RSS after ``cycles`` more from_inputs + hash + to_json_dict cycles than a ``warmup``."""
     import torch
 
@@ -1388,16 +1417,10 @@ def rss_cycles(warmup: int, cycles: int) -> dict:
             hash(md)
             md.to_json_dict()
 
-    run(warmup)
-    gc.collect()
-    before = vm_hwm_mib()
-    t0 = time.perf_counter()
-    run(cycles)
-    gc.collect()
-    return {"before": before, "after": vm_hwm_mib(), "seconds": time.perf_counter() - t0}
+    return _peak_rss(run, warmup, cycles)
 
 
-def rss_everything(warmup: int, cycles: int) -> dict:
+def rss_everything(warmup: int, cycles: int) -> PeakRss:
     """Peak RSS after ``cycles`` rounds of every other operation and error path, after a ``warmup``."""
     import torch
 
@@ -1439,15 +1462,9 @@ def rss_everything(warmup: int, cycles: int) -> dict:
             except Exception:  # noqa: BLE001
                 pass
 
-    run(warmup)
-    gc.collect()
-    before = vm_hwm_mib()
-    t0 = time.perf_counter()
-    run(cycles)
-    gc.collect()
-    return {"before": before, "after": vm_hwm_mib(), "seconds": time.perf_counter() - t0}
+    return _peak_rss(run, warmup, cycles)
 
 
-def battery() -> dict:
+def battery() -> Battery:
     """The parity checks that need no special thread or memory set-up, in one child process."""
-    return {"tensor_kinds": tensor_kinds(), "other_data": other_data(), "getter_errors": getter_errors()}
+    return Battery(tensor_kinds=tensor_kinds(), other_data=other_data(), getter_errors=getter_errors())

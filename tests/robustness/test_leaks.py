@@ -12,23 +12,24 @@ import sys
 import weakref
 
 import pytest
+import robust_cases as rc
 import torch
-from child import run_child
+from child import run_scenario
 
 MIB_LIMIT = 20
 
 
 def test_200k_from_inputs_hash_to_json_dict_cycles_keep_peak_rss_within_20_mib():
-    r = run_child("robust_cases", "rss_cycles", 20_000, 200_000, timeout=180)
-    assert r["after"] - r["before"] <= MIB_LIMIT, f"peak RSS grew {r['after'] - r['before']:.1f} MiB ({r})"
+    r = run_scenario(rc.rss_cycles, 20_000, 200_000, timeout=180)
+    assert r.after - r.before <= MIB_LIMIT, f"peak RSS grew {r.after - r.before:.1f} MiB ({r})"
 
 
 def test_every_operation_and_error_path_keeps_peak_rss_flat():
     """==, hash, update_shapes_seen, tensor_data, other_data, tensor_specs, str, to_json_dict, to_json,
     ExactSampleMetadata, find_leaves/get_value, cycle errors, structure-mismatch errors, bad JSON: 6,000 rounds
     after a warm-up of 1,000."""
-    r = run_child("robust_cases", "rss_everything", 1_000, 6_000, timeout=180)
-    assert r["after"] - r["before"] <= MIB_LIMIT, f"peak RSS grew {r['after'] - r['before']:.1f} MiB ({r})"
+    r = run_scenario(rc.rss_everything, 1_000, 6_000, timeout=180)
+    assert r.after - r.before <= MIB_LIMIT, f"peak RSS grew {r.after - r.before:.1f} MiB ({r})"
 
 
 class Value:

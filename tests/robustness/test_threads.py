@@ -6,7 +6,8 @@ or killing pytest); they are in ``robust_cases.py``.
 
 from __future__ import annotations
 
-from child import run_child
+import robust_cases as rc
+from child import run_scenario
 
 
 def test_eight_threads_with_concurrent_registry_changes_get_single_threaded_results():
@@ -15,9 +16,9 @@ def test_eight_threads_with_concurrent_registry_changes_get_single_threaded_resu
     interval, while another thread registers, ignores, unregisters and unignores types without pause, one of
     them a type the workers describe. Every result equals the one computed single-threaded beforehand; the
     toggled type is always described as registered, ignored or unknown, never anything in between."""
-    r = run_child("robust_cases", "threads", 8, 3000, timeout=180)
-    assert r["errors"] == [], "\n".join(r["errors"])
-    assert r["churns"] > 100, "the registry thread barely ran"
+    r = run_scenario(rc.threads, 8, 3000, timeout=180)
+    assert r.errors == [], "\n".join(r.errors)
+    assert r.churns > 100, "the registry thread barely ran"
 
 
 def test_one_metadata_used_by_two_threads_at_once_never_panics():
@@ -25,11 +26,11 @@ def test_one_metadata_used_by_two_threads_at_once_never_panics():
     meanwhile mutates it (update_shapes_seen, the first tensor_data/other_data) or reads it. Each call either
     works or raises an ordinary exception (RuntimeError "Already borrowed"), never pyo3's PanicException, and
     the metadata works afterwards. (The reference, pure Python, never raises here.)"""
-    results = run_child("robust_cases", "shared_metadata", timeout=120)
-    for combo, (reader, writer, after) in results.items():
-        for who, out in (("reader", reader), ("writer", writer)):
+    results = run_scenario(rc.shared_metadata, timeout=120)
+    for combo, use in results.items():
+        for who, out in (("reader", use.reader), ("writer", use.writer)):
             assert out[0] == "ok" or out[1] == "RuntimeError", f"{combo}: the {who} got {out}"
-        assert after == ["ok", True], f"{combo}: unusable afterwards: {after}"
+        assert use.after == ["ok", True], f"{combo}: unusable afterwards: {use.after}"
 
 
 def _tuples_built_meanwhile(scan, seconds: float) -> list[BaseException]:

@@ -2,21 +2,24 @@
 interpreter (a real AITune, patched or not).
 
 ``run_child(module, name, *args)`` runs a *scenario*, a function ``name(*args)`` in one of the ``*_cases.py``
-modules beside the tests, that returns JSON-ready data. ``run_script(script, *args, workdir=...)`` runs a child
-program that prints one JSON document on its last stdout line, with the environment of ``aitune_env``. Both fail
-the test with the child's output when it did not exit cleanly within its time limit (a segfault, an abort, a hang)
-and return its result.
+modules beside the tests, that returns JSON-ready data (frozen dataclasses included); ``run_scenario(fn, *args)``
+does the same for the scenario function ``fn`` and reads its result back as the type ``fn``'s signature names.
+``run_script(script, *args, workdir=...)`` runs a child program that prints one JSON document on its last stdout
+line, with the environment of ``aitune_env``. All fail the test with the child's output when it did not exit cleanly
+within its time limit (a segfault, an abort, a hang) and return its result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +33,10 @@ MARK = "@@CHILD-RESULT@@"
 _BOOT = """
 import importlib, json, sys
 sys.path[:0] = {path!r}
+from child import plain
 module = importlib.import_module({module!r})
 result = getattr(module, {name!r})(*json.loads({args!r}))
-sys.stdout.write({mark!r} + json.dumps(result) + "\\n")
+sys.stdout.write({mark!r} + json.dumps(result, default=plain) + "\\n")
 sys.stdout.flush()
 """
 
@@ -80,6 +84,33 @@ def run_child(module: str, name: str, *args: Any, timeout: float = 60, env: dict
         if line.startswith(MARK):
             return json.loads(line[len(MARK) :])
     raise AssertionError(f"{module}.{name} printed no result\n{stdout[-2000:]}")
+
+
+def plain(value: Any) -> dict:
+    """``json.dumps``'s fallback for a scenario's result: a dataclass as the dict of its fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    raise TypeError(f"a scenario returned a {type(value).__name__}, which is not JSON-ready")
+
+
+def typed(tp: Any, data: Any) -> Any:
+    """``data`` read from JSON as ``tp``: a dataclass rebuilt from the dict of its fields, through ``dict[str, T]``
+    and ``list[T]``; anything else as it is."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        return tp(**{field.name: typed(hints[field.name], data[field.name]) for field in dataclasses.fields(tp)})
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is dict and args:
+        return {key: typed(args[1], value) for key, value in data.items()}
+    if origin is list and args:
+        return [typed(args[0], value) for value in data]
+    return data
+
+
+def run_scenario(scenario: Callable[..., Any], *args: Any, timeout: float = 60, env: dict | None = None) -> Any:
+    """``run_child`` of the scenario function ``scenario``: its result read back as its declared return type."""
+    raw = run_child(scenario.__module__, scenario.__name__, *args, timeout=timeout, env=env)
+    return typed(typing.get_type_hints(scenario)["return"], raw)
 
 
 def aitune_env(cache_dir: Path, *, path: Iterable[Path] = (), drop: Iterable[str] = (), **extra: str) -> dict:

@@ -32,6 +32,13 @@ class FrozenPoint:
     x: object
 
 
+class TensorHolder:
+    """An unregistered object holding a tensor: a leaf that make_batch deep-copies but does not batch."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
 # --------------------------------------------------------------------------------------------- canonical forms
 
 
