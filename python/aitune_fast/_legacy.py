@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import pickle
 import pickletools
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["load_other_data", "load_tensor_data"]
@@ -358,52 +359,51 @@ def _list(value: Any, item_types: tuple[type, ...], what: str) -> list:
 
 def load_tensor_data(data: bytes) -> list[tuple]:
     """``(steps, is_output, shape, min_shape, max_shape, dtype, bs_multipliers)`` for each pickled pair."""
-    loaded = _load(data, "tensor_data")
-    memo: dict[int, Any] = {}
-    rows = []
-    try:
-        for i, (locator, spec) in enumerate(_pairs(loaded)):
-            try:
-                steps, is_output = _steps(locator, memo)
-                if type(spec) is not _TensorSpec or not getattr(spec, "built", False):
-                    raise _Bad(f"expected a TensorSpec, got {type(spec).__name__}")
-                f = spec.fields
-                dtype = f["dtype"]
-                if dtype is not None and type(dtype) is not _Dtype:
-                    raise _Bad(f"TensorSpec.dtype is a {type(dtype).__name__}, not a torch dtype")
-                rows.append(
-                    (
-                        steps,
-                        is_output,
-                        _list(f["shape"], (int, str), "shape"),
-                        _list(f["min_shape"], (int,), "min_shape"),
-                        _list(f["max_shape"], (int,), "max_shape"),
-                        None if dtype is None else _value(dtype, memo),
-                        [float(m) for m in _list(f["_bs_multipliers"], (int, float), "_bs_multipliers")],
-                    )
-                )
-            except _Bad as exc:
-                raise _Bad(f"tensor_data[{i}]: {exc}") from None
-    except (_Bad, RecursionError) as exc:
-        raise ValueError(f"SampleMetadata.from_dict: {_message(exc)}") from None
-    return rows
+    return _rows(data, "tensor_data", _tensor_row)
 
 
 def load_other_data(data: bytes) -> list[tuple]:
     """``(steps, is_output, value)`` for each pickled pair."""
-    loaded = _load(data, "other_data")
+    return _rows(data, "other_data", _other_row)
+
+
+def _rows(data: bytes, what: str, row: Callable[[Any, bool, Any, dict[int, Any]], tuple]) -> list[tuple]:
+    """``row(steps, is_output, second, memo)`` for each pickled ``(Locator, second)`` pair of ``what``."""
+    loaded = _load(data, what)
     memo: dict[int, Any] = {}
     rows = []
     try:
-        for i, (locator, value) in enumerate(_pairs(loaded)):
+        for i, (locator, second) in enumerate(_pairs(loaded)):
             try:
                 steps, is_output = _steps(locator, memo)
-                rows.append((steps, is_output, _value(value, memo)))
+                rows.append(row(steps, is_output, second, memo))
             except _Bad as exc:
-                raise _Bad(f"other_data[{i}]: {exc}") from None
+                raise _Bad(f"{what}[{i}]: {exc}") from None
     except (_Bad, RecursionError) as exc:
         raise ValueError(f"SampleMetadata.from_dict: {_message(exc)}") from None
     return rows
+
+
+def _other_row(steps: Any, is_output: bool, value: Any, memo: dict[int, Any]) -> tuple:
+    return (steps, is_output, _value(value, memo))
+
+
+def _tensor_row(steps: Any, is_output: bool, spec: Any, memo: dict[int, Any]) -> tuple:
+    if type(spec) is not _TensorSpec or not getattr(spec, "built", False):
+        raise _Bad(f"expected a TensorSpec, got {type(spec).__name__}")
+    f = spec.fields
+    dtype = f["dtype"]
+    if dtype is not None and type(dtype) is not _Dtype:
+        raise _Bad(f"TensorSpec.dtype is a {type(dtype).__name__}, not a torch dtype")
+    return (
+        steps,
+        is_output,
+        _list(f["shape"], (int, str), "shape"),
+        _list(f["min_shape"], (int,), "min_shape"),
+        _list(f["max_shape"], (int,), "max_shape"),
+        None if dtype is None else _value(dtype, memo),
+        [float(m) for m in _list(f["_bs_multipliers"], (int, float), "_bs_multipliers")],
+    )
 
 
 def _message(exc: BaseException) -> str:

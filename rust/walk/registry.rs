@@ -203,43 +203,39 @@ fn changed(r: &mut Registry) -> Vec<Arc<TypeInfo>> {
     r.cache.drain().map(|(_, v)| v).collect()
 }
 
-pub fn register_user_type(cls: &Bound<'_, PyType>, only_tensors: bool) {
+/// Apply `edit` to the registry for class `cls` (`edit` gets its key) and start a new generation;
+/// the cleared cache and what `edit` returns (the entries it removed) are dropped after the lock
+/// is released.
+fn edit_registry<T>(cls: &Bound<'_, PyType>, edit: impl FnOnce(&mut Registry, usize) -> T) {
     let key = cls.as_ptr() as usize;
     let old = with_registry(|r| {
-        r.user_types
-            .insert(key, (cls.clone().unbind(), only_tensors));
-        let gone = r.ignored.remove(&key);
+        let gone = edit(r, key);
         (changed(r), gone)
     });
     drop(old);
+}
+
+pub fn register_user_type(cls: &Bound<'_, PyType>, only_tensors: bool) {
+    edit_registry(cls, |r, key| {
+        r.user_types
+            .insert(key, (cls.clone().unbind(), only_tensors));
+        r.ignored.remove(&key)
+    });
 }
 
 pub fn unregister_user_type(cls: &Bound<'_, PyType>) {
-    let key = cls.as_ptr() as usize;
-    let old = with_registry(|r| {
-        let gone = r.user_types.remove(&key);
-        (changed(r), gone)
-    });
-    drop(old);
+    edit_registry(cls, |r, key| r.user_types.remove(&key));
 }
 
 pub fn ignore_type(cls: &Bound<'_, PyType>) {
-    let key = cls.as_ptr() as usize;
-    let old = with_registry(|r| {
+    edit_registry(cls, |r, key| {
         r.ignored.insert(key, cls.clone().unbind());
-        let gone = r.user_types.remove(&key);
-        (changed(r), gone)
+        r.user_types.remove(&key)
     });
-    drop(old);
 }
 
 pub fn unignore_type(cls: &Bound<'_, PyType>) {
-    let key = cls.as_ptr() as usize;
-    let old = with_registry(|r| {
-        let gone = r.ignored.remove(&key);
-        (changed(r), gone)
-    });
-    drop(old);
+    edit_registry(cls, |r, key| r.ignored.remove(&key));
 }
 
 /// The registered user types (with their `only_tensors` flag) and the ignored types, as Python

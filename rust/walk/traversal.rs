@@ -258,34 +258,22 @@ impl<'py> Source<'py> {
         python: &mut u64,
     ) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
         match self {
-            Source::List(l, i, ahead) => {
-                if *i >= l.len() {
-                    return Ok(None);
-                }
-                if let Some(ahead) = ahead {
-                    // SAFETY: `run` asks only for indices below the length, with the GIL held
-                    ahead.run(l.len(), *i, |j| unsafe {
-                        ffi::PyList_GET_ITEM(l.as_ptr(), j as ffi::Py_ssize_t)
-                    });
-                }
-                let v = l.get_item(*i)?;
-                *i += 1;
-                Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
-            }
-            Source::Tuple(t, i, ahead) => {
-                if *i >= t.len() {
-                    return Ok(None);
-                }
-                if let Some(ahead) = ahead {
-                    // SAFETY: as for lists
-                    ahead.run(t.len(), *i, |j| unsafe {
-                        ffi::PyTuple_GET_ITEM(t.as_ptr(), j as ffi::Py_ssize_t)
-                    });
-                }
-                let v = t.get_item(*i)?;
-                *i += 1;
-                Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
-            }
+            Source::List(l, i, ahead) => next_indexed(
+                l.len(),
+                i,
+                ahead,
+                // SAFETY: `run` asks only for indices below the length, with the GIL held
+                |j| unsafe { ffi::PyList_GET_ITEM(l.as_ptr(), j as ffi::Py_ssize_t) },
+                |j| l.get_item(j),
+            ),
+            Source::Tuple(t, i, ahead) => next_indexed(
+                t.len(),
+                i,
+                ahead,
+                // SAFETY: as for lists
+                |j| unsafe { ffi::PyTuple_GET_ITEM(t.as_ptr(), j as ffi::Py_ssize_t) },
+                |j| t.get_item(j),
+            ),
             Source::Dict(items) => Ok(items
                 .next(py)?
                 .map(|(key, value)| (Accessor::from_py(&key), value, Kind::Dict))),
@@ -355,6 +343,27 @@ impl<'py> Source<'py> {
             },
         }
     }
+}
+
+/// The next item of a list or tuple of `len` items, `*i` the next index: `item` reads it, `raw`
+/// (unchecked, below `len` only) is what the prefetch reads ahead.
+#[inline(always)]
+fn next_indexed<'py>(
+    len: usize,
+    i: &mut usize,
+    ahead: &Option<Lookahead>,
+    raw: impl Fn(usize) -> *mut ffi::PyObject,
+    item: impl FnOnce(usize) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Option<(Accessor, Bound<'py, PyAny>, Kind)>> {
+    if *i >= len {
+        return Ok(None);
+    }
+    if let Some(ahead) = ahead {
+        ahead.run(len, *i, raw);
+    }
+    let v = item(*i)?;
+    *i += 1;
+    Ok(Some((Accessor::Int(*i as i64 - 1), v, Kind::Sequence)))
 }
 
 fn open<'py>(

@@ -10,7 +10,7 @@ use crate::metadata::SampleMetadata;
 
 use super::build::Build;
 use super::entries::read_entries;
-use super::fields::{check_required, Scratch};
+use super::fields::{check_required, key_once, Scratch};
 use super::parts::{read_dtypes, read_other_rows, read_tensor_rows, Part};
 use super::paths::read_paths;
 use super::value::{jstr_to_py, read_float};
@@ -182,15 +182,11 @@ pub(super) fn read_doc<'py>(
     let (mut format_ok, mut version_ok) = (false, false);
     let mut deferred: Vec<(usize, usize)> = Vec::new();
     while let Some((at, name)) = p.obj_next(&mut first)? {
-        let i = name
+        let found = name
             .as_str()
             .and_then(|k| DOC_KEYS.iter().position(|&x| x == k))
-            .filter(|i| layout.required.contains(i) || layout.optional.contains(i))
-            .ok_or_else(|| p.err_at(at, format!("unexpected key {}", name.show())))?;
-        if seen & (1 << i) != 0 {
-            return Err(p.err_at(at, format!("key {} occurs twice", name.show())));
-        }
-        seen |= 1 << i;
+            .filter(|i| layout.required.contains(i) || layout.optional.contains(i));
+        let i = key_once(p, at, &name, found, &mut seen)?;
         p.ws();
         let vat = p.pos;
         match i {

@@ -7,53 +7,132 @@ use crate::paths::ROOT;
 
 use super::build::{Build, OUT_DEFAULT};
 use super::fields::{
-    check_entry_lengths, check_required, read_dims, read_dtype, read_floats, read_ints, Scratch,
+    check_entry_lengths, check_required, key_once, read_dims, read_dtype, read_floats, read_ints,
+    Scratch,
 };
 use super::paths::read_locator;
 use super::value::read_exact;
 
-const T_KEYS: [&str; 9] = [
-    "locator",
-    "shape",
-    "min_shape",
-    "max_shape",
-    "dtype",
-    "bs_multipliers",
-    "is_output",
-    "access_path",
-    "semantic_path",
-];
-const O_KEYS: [&str; 6] = [
-    "locator",
-    "exact_value",
-    "is_output",
-    "access_path",
-    "semantic_path",
-    "value",
-];
+/// The keys one kind of entry may have.
+struct EntryKeys {
+    names: &'static [&'static str],
+    /// how many of `names` (the first) a lean document's entries have
+    lean: usize,
+    /// the order the writer puts them in
+    order: &'static [usize],
+    /// the keys every entry has, in full and in lean documents
+    required_full: &'static [usize],
+    required_lean: &'static [usize],
+}
 
-/// The position of `key` in `keys`; `order` is the order the writer uses, `next` how far into it
-/// the entry is, so that in-order keys cost one comparison.
-fn key_index(
-    keys: &[&str],
-    key: &JStr<'_>,
+const TENSOR_KEYS: EntryKeys = EntryKeys {
+    names: &[
+        "locator",
+        "shape",
+        "min_shape",
+        "max_shape",
+        "dtype",
+        "bs_multipliers",
+        "is_output",
+        "access_path",
+        "semantic_path",
+    ],
+    lean: 7,
+    order: &[0, 7, 8, 1, 2, 3, 4, 5, 6],
+    required_full: &[0, 1, 2, 3, 4, 5, 7, 8],
+    required_lean: &[0, 1, 2, 3, 4, 5],
+};
+
+const OTHER_KEYS: EntryKeys = EntryKeys {
+    names: &[
+        "locator",
+        "exact_value",
+        "is_output",
+        "access_path",
+        "semantic_path",
+        "value",
+    ],
+    lean: 3,
+    order: &[0, 3, 4, 1, 5, 2],
+    required_full: &[0, 1, 3, 4, 5],
+    required_lean: &[0, 1],
+};
+
+/// One entry object as its keys are read: each one of its kind's (a lean document's only), each
+/// once.
+struct Entry {
+    keys: &'static EntryKeys,
     full: bool,
-    lean_count: usize,
-    order: &[usize],
-    next: &mut usize,
-) -> Option<usize> {
-    let k = key.as_str()?;
-    if let Some(&i) = order.get(*next) {
-        if keys[i] == k {
-            *next += 1;
-            return (full || i < lean_count).then_some(i);
+    /// where the entry starts
+    start: usize,
+    first: bool,
+    seen: u32,
+    /// how far into `keys.order` the entry is, so that in-order keys cost one comparison
+    next: usize,
+}
+
+impl Entry {
+    fn open(p: &mut Parser<'_>, keys: &'static EntryKeys, full: bool) -> PyResult<Self> {
+        let start = p.pos;
+        p.obj_begin()?;
+        Ok(Entry {
+            keys,
+            full,
+            start,
+            first: true,
+            seen: 0,
+            next: 0,
+        })
+    }
+
+    /// The index of the next key (its value is next in `p`), `None` after the last.
+    fn next_key(&mut self, p: &mut Parser<'_>) -> PyResult<Option<usize>> {
+        let Some((at, key)) = p.obj_next(&mut self.first)? else {
+            return Ok(None);
+        };
+        let found = self.key_index(&key);
+        key_once(p, at, &key, found, &mut self.seen).map(Some)
+    }
+
+    /// The position of `key` in the keys this entry may have.
+    fn key_index(&mut self, key: &JStr<'_>) -> Option<usize> {
+        let EntryKeys {
+            names, lean, order, ..
+        } = self.keys;
+        let k = key.as_str()?;
+        if let Some(&i) = order.get(self.next) {
+            if names[i] == k {
+                self.next += 1;
+                return (self.full || i < *lean).then_some(i);
+            }
         }
+        let i = names.iter().position(|&x| x == k)?;
+        if !self.full && i >= *lean {
+            return None;
+        }
+        Some(i)
     }
-    let i = keys.iter().position(|&x| x == k)?;
-    if !full && i >= lean_count {
-        return None;
+
+    /// Check, after the last key, that the entry had every key it must have.
+    fn check_required(&self, p: &Parser<'_>) -> PyResult<()> {
+        let required = if self.full {
+            self.keys.required_full
+        } else {
+            self.keys.required_lean
+        };
+        check_required(p, self.start, self.keys.names, self.seen, required)
     }
-    Some(i)
+}
+
+/// An `access_path` value: checked to be a string, and skipped (the locator says the same).
+fn skip_access_path(p: &mut Parser<'_>) -> PyResult<()> {
+    match p.peek()? {
+        Tok::Str => {
+            p.string()?;
+            Ok(())
+        }
+        t => Err(p.err(format!("access_path is a string, found {}", t.name()))),
+    }
 }
 
 fn read_tensor_entry<'py>(
@@ -63,27 +142,9 @@ fn read_tensor_entry<'py>(
     sc: &mut Scratch,
     full: bool,
 ) -> PyResult<()> {
-    let start = p.pos;
-    p.obj_begin()?;
-    let mut first = true;
-    let mut seen: u32 = 0;
-    let mut next = 0usize;
+    let mut e = Entry::open(p, &TENSOR_KEYS, full)?;
     let (mut node, mut out, mut dtype) = (ROOT, OUT_DEFAULT, 0u16);
-    while let Some((at, key)) = p.obj_next(&mut first)? {
-        let Some(i) = key_index(
-            &T_KEYS,
-            &key,
-            full,
-            7,
-            &[0, 7, 8, 1, 2, 3, 4, 5, 6],
-            &mut next,
-        ) else {
-            return Err(p.err_at(at, format!("unexpected key {}", key.show())));
-        };
-        if seen & (1 << i) != 0 {
-            return Err(p.err_at(at, format!("key {} occurs twice", key.show())));
-        }
-        seen |= 1 << i;
+    while let Some(i) = e.next_key(p)? {
         match i {
             0 => node = read_locator(py, p, b)?,
             1 => read_dims(p, &mut sc.shape)?,
@@ -92,24 +153,14 @@ fn read_tensor_entry<'py>(
             4 => dtype = read_dtype(p, b)?,
             5 => read_floats(p, &mut sc.mult)?,
             6 => out = if p.boolean()? { 2 } else { 1 },
-            7 => match p.peek()? {
-                Tok::Str => {
-                    p.string()?;
-                }
-                t => return Err(p.err(format!("access_path is a string, found {}", t.name()))),
-            },
+            7 => skip_access_path(p)?,
             _ => p.skip()?,
         }
     }
-    let required: &[usize] = if full {
-        &[0, 1, 2, 3, 4, 5, 7, 8]
-    } else {
-        &[0, 1, 2, 3, 4, 5]
-    };
-    check_required(p, start, &T_KEYS, seen, required)?;
-    check_entry_lengths(p, start, sc)?;
+    e.check_required(p)?;
+    check_entry_lengths(p, e.start, sc)?;
     b.add_tensor(node, out, sc.dims(), dtype)
-        .map_err(|e| p.err_at(start, e.value(py)))
+        .map_err(|err| p.err_at(e.start, err.value(py)))
 }
 
 fn read_other_entry<'py>(
@@ -118,36 +169,19 @@ fn read_other_entry<'py>(
     b: &mut Build<'py>,
     full: bool,
 ) -> PyResult<()> {
-    let start = p.pos;
-    p.obj_begin()?;
-    let mut first = true;
-    let mut seen: u32 = 0;
-    let mut next = 0usize;
+    let mut e = Entry::open(p, &OTHER_KEYS, full)?;
     let (mut node, mut out) = (ROOT, OUT_DEFAULT);
     let mut value: Option<Bound<'py, PyAny>> = None;
-    while let Some((at, key)) = p.obj_next(&mut first)? {
-        let Some(i) = key_index(&O_KEYS, &key, full, 3, &[0, 3, 4, 1, 5, 2], &mut next) else {
-            return Err(p.err_at(at, format!("unexpected key {}", key.show())));
-        };
-        if seen & (1 << i) != 0 {
-            return Err(p.err_at(at, format!("key {} occurs twice", key.show())));
-        }
-        seen |= 1 << i;
+    while let Some(i) = e.next_key(p)? {
         match i {
             0 => node = read_locator(py, p, b)?,
             1 => value = Some(read_exact(py, p)?),
             2 => out = if p.boolean()? { 2 } else { 1 },
-            3 => match p.peek()? {
-                Tok::Str => {
-                    p.string()?;
-                }
-                t => return Err(p.err(format!("access_path is a string, found {}", t.name()))),
-            },
+            3 => skip_access_path(p)?,
             _ => p.skip()?,
         }
     }
-    let required: &[usize] = if full { &[0, 1, 3, 4, 5] } else { &[0, 1] };
-    check_required(p, start, &O_KEYS, seen, required)?;
+    e.check_required(p)?;
     if let Some(v) = value {
         b.add_other(node, out, v.unbind());
     }

@@ -108,6 +108,26 @@ pub(super) fn read_dims(p: &mut Parser<'_>, out: &mut Vec<Dim>) -> PyResult<()> 
     Ok(())
 }
 
+/// Key `key` of an object, read at `at`, at index `found` in the keys the object may have, joins
+/// `seen` (the mask of its keys read so far): an error naming it when it is not one of them
+/// (`None`) or was read before.
+pub(super) fn key_once(
+    p: &Parser<'_>,
+    at: usize,
+    key: &JStr<'_>,
+    found: Option<usize>,
+    seen: &mut u32,
+) -> PyResult<usize> {
+    let Some(i) = found else {
+        return Err(p.err_at(at, format!("unexpected key {}", key.show())));
+    };
+    if *seen & (1 << i) != 0 {
+        return Err(p.err_at(at, format!("key {} occurs twice", key.show())));
+    }
+    *seen |= 1 << i;
+    Ok(i)
+}
+
 pub(super) fn check_required(
     p: &Parser<'_>,
     at: usize,

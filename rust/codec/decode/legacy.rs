@@ -42,55 +42,53 @@ pub(super) fn legacy_tensors<'py>(
     rows: &Bound<'py, PyList>,
     what: &str,
 ) -> PyResult<()> {
+    each_row(b, rows, what, "tensor_data", legacy_tensor)
+}
+
+fn legacy_tensor<'py>(b: &mut Build<'py>, row: &Bound<'py, PyAny>) -> PyResult<()> {
     let py = b.py;
-    for (i, row) in rows.iter().enumerate() {
-        let r = (|| -> PyResult<()> {
-            #[allow(clippy::type_complexity)]
-            let (steps, out, shape, min, max, dtype, mult): (
-                Bound<'py, PyAny>,
-                bool,
-                Vec<Bound<'py, PyAny>>,
-                Vec<i64>,
-                Vec<i64>,
-                Bound<'py, PyAny>,
-                Vec<f64>,
-            ) = row.extract()?;
-            let node = legacy_path(b, &steps)?;
-            let mut dims = Vec::with_capacity(shape.len());
-            for d in &shape {
-                if let Ok(s) = d.downcast::<PyString>() {
-                    dims.push(Dim::parse(s.to_str()?));
-                } else {
-                    dims.push(Dim::Int(d.extract()?));
-                }
-            }
-            if min.len() != dims.len() || max.len() != dims.len() || mult.len() != dims.len() {
-                return Err(PyValueError::new_err(format!(
-                    "shape, min_shape, max_shape and _bs_multipliers have different lengths ({}, {}, {}, {})",
-                    dims.len(),
-                    min.len(),
-                    max.len(),
-                    mult.len()
-                )));
-            }
-            let dtype = if dtype.is_none() {
-                b.dtype_none()?
-            } else if is_dtype(py, &dtype)? {
-                dtype_id(&dtype)?
-            } else {
-                return Err(PyValueError::new_err("the dtype is not a torch.dtype"));
-            };
-            let seen = TensorDims {
-                shape: &dims,
-                min: &min,
-                max: &max,
-                mult: &mult,
-            };
-            b.add_tensor(node, if out { 2 } else { 1 }, seen, dtype)
-        })();
-        r.map_err(|e| bad_row(what, "tensor_data", i, e.value(py)))?;
+    #[allow(clippy::type_complexity)]
+    let (steps, out, shape, min, max, dtype, mult): (
+        Bound<'py, PyAny>,
+        bool,
+        Vec<Bound<'py, PyAny>>,
+        Vec<i64>,
+        Vec<i64>,
+        Bound<'py, PyAny>,
+        Vec<f64>,
+    ) = row.extract()?;
+    let node = legacy_path(b, &steps)?;
+    let mut dims = Vec::with_capacity(shape.len());
+    for d in &shape {
+        if let Ok(s) = d.downcast::<PyString>() {
+            dims.push(Dim::parse(s.to_str()?));
+        } else {
+            dims.push(Dim::Int(d.extract()?));
+        }
     }
-    Ok(())
+    if min.len() != dims.len() || max.len() != dims.len() || mult.len() != dims.len() {
+        return Err(PyValueError::new_err(format!(
+            "shape, min_shape, max_shape and _bs_multipliers have different lengths ({}, {}, {}, {})",
+            dims.len(),
+            min.len(),
+            max.len(),
+            mult.len()
+        )));
+    }
+    let dtype = if dtype.is_none() {
+        b.dtype_none()?
+    } else if is_dtype(py, &dtype)? {
+        dtype_id(&dtype)?
+    } else {
+        return Err(PyValueError::new_err("the dtype is not a torch.dtype"));
+    };
+    let seen = TensorDims {
+        shape: &dims,
+        min: &min,
+        max: &max,
+        mult: &mult,
+    };
+    b.add_tensor(node, if out { 2 } else { 1 }, seen, dtype)
 }
 
 pub(super) fn legacy_others<'py>(
@@ -98,16 +96,25 @@ pub(super) fn legacy_others<'py>(
     rows: &Bound<'py, PyList>,
     what: &str,
 ) -> PyResult<()> {
+    each_row(b, rows, what, "other_data", |b, row| {
+        let (steps, out, value): (Bound<'py, PyAny>, bool, Bound<'py, PyAny>) = row.extract()?;
+        let node = legacy_path(b, &steps)?;
+        b.add_other(node, if out { 2 } else { 1 }, value.unbind());
+        Ok(())
+    })
+}
+
+/// `add` each row of `rows` (of the `list` part) to `b`; an error names the row.
+fn each_row<'py>(
+    b: &mut Build<'py>,
+    rows: &Bound<'py, PyList>,
+    what: &str,
+    list: &str,
+    mut add: impl FnMut(&mut Build<'py>, &Bound<'py, PyAny>) -> PyResult<()>,
+) -> PyResult<()> {
     let py = b.py;
     for (i, row) in rows.iter().enumerate() {
-        let r = (|| -> PyResult<()> {
-            let (steps, out, value): (Bound<'py, PyAny>, bool, Bound<'py, PyAny>) =
-                row.extract()?;
-            let node = legacy_path(b, &steps)?;
-            b.add_other(node, if out { 2 } else { 1 }, value.unbind());
-            Ok(())
-        })();
-        r.map_err(|e| bad_row(what, "other_data", i, e.value(py)))?;
+        add(b, &row).map_err(|e| bad_row(what, list, i, e.value(py)))?;
     }
     Ok(())
 }
