@@ -8,7 +8,7 @@ use pyo3::types::PyTuple;
 use super::reuse;
 use super::storage::{Compact, Storage};
 use crate::interp::{context_batch_size, interp};
-use crate::paths::{Accessor, Arena, Kind, SharedArena, ROOT};
+use crate::paths::{Accessor, Arena, Kind, SharedArena};
 use crate::tensor_spec::{read_tensor, DtypeMemo, FOREIGN_DTYPE};
 use crate::walk::registry::TypeInfo;
 use crate::walk::traversal::{walk, Visitor};
@@ -40,10 +40,7 @@ impl Visitor for Builder {
         if self.symbolic || (!info.is_tensor && !self.strict) {
             return Ok(false);
         }
-        let node = match step {
-            Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
-            None => ROOT,
-        };
+        let node = arena.push_leaf(py, step)?;
         if !info.is_tensor {
             self.c.others.push((node, value.clone().unbind()));
             return Ok(false);

@@ -269,6 +269,20 @@ impl Arena {
         self.push_new(py, parent, acc, kind)
     }
 
+    /// The node of a leaf the walk met at `step` (below its parent), pushed as [`Arena::push`]
+    /// does; the root for the walked object itself (no step).
+    #[inline(always)]
+    pub fn push_leaf(
+        &mut self,
+        py: Python<'_>,
+        step: Option<(u32, Accessor, Kind)>,
+    ) -> PyResult<u32> {
+        match step {
+            Some((parent, acc, kind)) => self.push(py, parent, acc, kind),
+            None => Ok(ROOT),
+        }
+    }
+
     #[inline(never)]
     fn push_new(
         &mut self,

@@ -661,10 +661,7 @@ impl Visitor for Collect {
         _info: &TypeInfo,
         _cp: bool,
     ) -> PyResult<bool> {
-        let node = match step {
-            Some((parent, acc, kind)) => arena.push(py, parent, acc, kind)?,
-            None => ROOT,
-        };
+        let node = arena.push_leaf(py, step)?;
         self.leaves.push((node, value.clone().unbind()));
         Ok(false)
     }
