@@ -170,11 +170,7 @@ pub fn stock_state<'py, const N: usize>(
     let dict = dict.downcast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!(
             "{class}.__setstate__ takes the dict a stock AITune {class} pickles, got {}",
-            state
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            type_name(state)
         ))
     })?;
     let mut out = Vec::with_capacity(N);
@@ -191,4 +187,12 @@ pub fn stock_state<'py, const N: usize>(
     }
     out.try_into()
         .map_err(|_| PyValueError::new_err(format!("{class} state: missing keys")))
+}
+
+/// The name of `v`'s type, for messages (`?` if the type has none that reads as text).
+pub fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
 }

@@ -55,12 +55,7 @@ pub(super) fn dtype_named<'py>(
     }
 }
 
-pub(super) fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
-}
+pub(super) use crate::interp::type_name;
 
 /// A batch size that would give `mults` for `dims`, when one of them tells.
 pub(super) fn guess_bs(dims: &[i64], mults: &[f64]) -> Option<f64> {

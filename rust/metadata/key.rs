@@ -298,7 +298,10 @@ impl SampleMetadata {
         }
         // the plain kind reads only ranks, the exact kind shapes
         let level = if exact { Level::Shape } else { Level::Rank };
-        let (a, b) = (self.view_at(py, level)?, other.view_at(py, level)?);
+        let (a, b) = (
+            self.storage.view(py, level)?,
+            other.storage.view(py, level)?,
+        );
         // exact metadata compares whole shapes, the plain kind only ranks
         let tensors_equal = tensors_eq(py, &a, &b, |i, j| {
             Ok(if exact {
@@ -331,7 +334,9 @@ impl SampleMetadata {
                 return p.bind(py).hash();
             }
         }
-        let v = self.view_at(py, if exact { Level::Shape } else { Level::Rank })?;
+        let v = self
+            .storage
+            .view(py, if exact { Level::Shape } else { Level::Rank })?;
         let unique = v.unique();
         let lt = |i: usize| v.tensor_loc(i);
         let tensor_part = if exact {

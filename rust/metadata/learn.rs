@@ -55,11 +55,7 @@ impl SampleMetadata {
         let other = other.downcast::<SampleMetadata>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "update_shapes_seen expects a SampleMetadata, got {}",
-                other
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                crate::interp::type_name(other)
             ))
         })?;
         if slf.is(other) {

@@ -70,16 +70,6 @@ impl SampleMetadata {
         self.storage.view(py, Level::Full)
     }
 
-    /// [`SampleMetadata::view`] for an operation that reads only `level` of each spec.
-    #[inline(always)]
-    pub(super) fn view_at<'a, 'py>(
-        &'a self,
-        py: Python<'py>,
-        level: Level,
-    ) -> PyResult<View<'a, 'py>> {
-        self.storage.view(py, level)
-    }
-
     pub fn describe_short<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         let v = self.view(py)?;
         let mut out = crate::paths::Text::new();

@@ -110,10 +110,7 @@ pub fn step_into<'py>(
                 let msg = format!(
                     "locator {} does not resolve: {} has no item {}",
                     arena.display_path_lossy(py, step, false),
-                    obj.get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default(),
+                    crate::interp::type_name(obj),
                     key.repr().map(|r| r.to_string()).unwrap_or_default()
                 );
                 if e.is_instance_of::<PyKeyError>(py) {
