@@ -84,11 +84,7 @@ impl<'a, 'py> View<'a, 'py> {
     #[inline(always)]
     pub fn tensor_loc(&self, i: usize) -> Loc<'_> {
         match self {
-            View::C(c) => Loc {
-                arena: &c.arena,
-                node: c.items[i].node,
-                is_output: c.is_output,
-            },
+            View::C(c) => compact_loc(c, c.items[i].node),
             View::P(p) => locator_loc(&p.tensors[i].0),
         }
     }
@@ -97,22 +93,14 @@ impl<'a, 'py> View<'a, 'py> {
     #[inline(always)]
     pub fn compact_tensor_locs(&self) -> Option<impl Fn(usize) -> Loc<'a> + Copy + 'a> {
         match *self {
-            View::C(c) => Some(move |i: usize| Loc {
-                arena: &c.arena,
-                node: c.items[i].node,
-                is_output: c.is_output,
-            }),
+            View::C(c) => Some(move |i: usize| compact_loc(c, c.items[i].node)),
             View::P(_) => None,
         }
     }
     #[inline(always)]
     pub fn other_loc(&self, i: usize) -> Loc<'_> {
         match self {
-            View::C(c) => Loc {
-                arena: &c.arena,
-                node: c.others[i].0,
-                is_output: c.is_output,
-            },
+            View::C(c) => compact_loc(c, c.others[i].0),
             View::P(p) => locator_loc(&p.others[i].0),
         }
     }
@@ -251,6 +239,16 @@ impl<'a, 'py> View<'a, 'py> {
             }
             _ => Ok(false),
         }
+    }
+}
+
+/// Where node `node` of a compact metadata's paths is.
+#[inline(always)]
+fn compact_loc(c: &Compact, node: u32) -> Loc<'_> {
+    Loc {
+        arena: &c.arena,
+        node,
+        is_output: c.is_output,
     }
 }
 
