@@ -31,7 +31,7 @@ import types
 from collections import OrderedDict
 from typing import Any, cast
 
-from aitune_fast import _core
+from aitune_fast import _switch
 
 __all__ = ["enable", "on_loaded"]
 
@@ -47,6 +47,7 @@ _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
 _lock = threading.RLock()
 _enabled = False
 _replaced: dict[str, tuple[Any, str, Any]] = {}  # what -> (owner, attribute, stock value)
+_live_forwards: Any = None  # AITune's Module class while its live objects may hold the fast FunctionWrapper
 
 
 class _Refs:
@@ -76,13 +77,19 @@ class _Refs:
 _refs = _Refs()
 
 
+def enabled() -> bool:
+    """Whether the fast call path is in place."""
+    return _enabled
+
+
 def enable(on: bool) -> None:
-    """Put the fast call path in place (``on``) or take it out, in every loaded AITune module and live object."""
+    """Put the fast call path in place (``on``) or take it out, in every loaded AITune module and live object.
+    Taking it out finishes what an interrupted earlier call left in place."""
     global _enabled
     with _lock:
-        if on == _enabled:
-            return
         if on:
+            if _enabled:
+                return
             _enabled = True
             for name in (_BACKEND, _EAGER, _TUNED_MODULE, _WRAPPER_MODULE, _JIT_MODULE):
                 module = sys.modules.get(name)
@@ -112,20 +119,25 @@ def on_loaded(module: Any) -> None:
 
 
 def _put(key: str, owner: Any, attribute: str, value: Any) -> None:
-    original = owner.__dict__[attribute]
+    original = _switch.attr(owner, attribute)  # what stands behind a patch switch's gate, if one stands there
     value.__doc__ = getattr(original, "__doc__", None)
     value.__wrapped__ = original
-    setattr(owner, attribute, value)
-    _replaced[key] = (owner, attribute, original)
+    _replaced[key] = (owner, attribute, original)  # written down first: _uninstall puts it back
+    _switch.put(owner, attribute, value)
 
 
 def _uninstall() -> None:
-    for owner, attribute, original in reversed(list(_replaced.values())):
-        setattr(owner, attribute, original)
-    forward = _replaced.get("Module._forward")
-    _replaced.clear()
-    if forward is not None:
-        _swap_live_forwards(forward[0], to_fast=False)
+    """Stock's functions back, each forgotten only once it is back (an interrupted call leaves the rest to the
+    next)."""
+    global _live_forwards
+    while _replaced:
+        key = next(reversed(_replaced))
+        owner, attribute, original = _replaced[key]
+        _switch.put(owner, attribute, original)
+        del _replaced[key]
+    if _live_forwards is not None:
+        _swap_live_forwards(_live_forwards, to_fast=False)
+        _live_forwards = None
 
 
 # ---------------------------------------------------------------------------------------------- Module._forward
@@ -139,7 +151,9 @@ def _install_forward(wrapper_module: Any) -> None:
     _refs.module_cls = module_cls
     _refs.init_state = state.INIT
     _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
+    global _live_forwards
     _put("Module._forward", module_cls, "_forward", _forward)
+    _live_forwards = module_cls  # written down first: _uninstall swaps them back
     _swap_live_forwards(module_cls, to_fast=True)
 
 
@@ -147,9 +161,7 @@ def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
     """Give every live ``Module`` a ``FunctionWrapper`` around the fast ``_forward`` (or its stock one back)."""
     import wrapt
 
-    for proxy in _core._gc_objects_but_tuples():  # not gc.get_objects(): see there
-        if not issubclass(type(proxy), module_cls):
-            continue
+    for proxy in _switch.live_instances(lambda cls: issubclass(cls, module_cls)):
         try:
             current = proxy._self_proxy_forward
             bound = current._self_wrapper

@@ -44,19 +44,19 @@ import pickle
 import re
 import sys
 import threading
-import time
 import types
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import aitune_fast
-from aitune_fast import _config, _core, _tuned_call
+from aitune_fast import _config, _switch, _tuned_call
+from aitune_fast._switch import SwitchRefused
 
 # the module, not the `global_context` object the package exports under the same name
 _gc_module = sys.modules["aitune_fast.global_context"]
 
-__all__ = ["is_aitune_patched", "patch_aitune", "unpatch_aitune"]
+__all__ = ["SwitchRefused", "is_aitune_patched", "patch_aitune", "unpatch_aitune"]
 
 # where AITune defines the names the patch swaps, and aitune_fast's replacement for each
 _DEFINITIONS: dict[str, tuple[str, ...]] = {
@@ -88,28 +88,49 @@ _logger = logging.getLogger(__name__)
 _SUPPORTED_AITUNE = ((0, 6, 0), (0, 7, 0))
 _SUPPORTED_AITUNE_TEXT = "aitune>=0.6.0,<0.7.0"
 
-# AITune's code that builds a metadata and then looks it up in a dict keyed by metadata: a toggle waits until the
-# calls in it when the names switched have returned, before it drops the other world's keys: (module, class or ""
-# for a module-level function, function)
-_DISPATCH_CODE: tuple[tuple[str, str, str], ...] = (
-    ("aitune.torch.module.tuned_module", "TunedModule", "safe_call_backend"),
+# AITune's entry points into its metadata code: while a switch runs, new calls wait there (`_switch.quiescent`):
+# (module, class or "" for a module-level function, attribute)
+_GATED: tuple[tuple[str, str, str], ...] = (
     ("aitune.torch.module.recording_module", "RecordingModule", "__call__"),
-    ("aitune_fast._tuned_call", "", "_backend_for"),  # the call path's safe_call_backend
+    ("aitune.torch.module.tuned_module", "TunedModule", "__call__"),
+    ("aitune.torch.module.tuned_module", "TunedModule", "from_dict"),
+    ("aitune.torch.module.tuned_module", "TunedModule", "to_dict"),
+    ("aitune.torch.module.wrapper_module", "Module", "tune"),
+    ("aitune.torch.checkpoint.storage_tasks", "TorchSaveTask", "save"),
+    ("aitune.torch.checkpoint.storage_tasks", "TorchLoadTask", "load"),
 )
-_CALLS_IN_FLIGHT_LIMIT_S = 5.0  # the longest a toggle waits for them
+# more code that holds a metadata between building it and storing or looking it up: a switch waits for the calls in
+# it (and in the gated entries) to return; a thread inside it passes the gates
+_CALL_CODE: tuple[tuple[str, str, str], ...] = (
+    ("aitune.torch.module.tuned_module", "TunedModule", "safe_call_backend"),
+    ("aitune.torch.module.tuned_module", "TunedModule", "call_unique_backend"),
+    ("aitune_fast._tuned_call", "", "_call"),  # the call path's TunedModule.__call__, entered from its _forward
+    ("aitune_fast._tuned_call", "", "_backend_for"),
+)
+# work that holds metadata in local variables for long (tuning, checkpoint files): a switch refuses while it runs
+_LONG_CODE: tuple[tuple[str, str, str], ...] = (
+    ("aitune.torch.tuning", "", "tune"),
+    ("aitune.torch.tuning", "", "save"),
+    ("aitune.torch.tuning", "", "load"),
+    ("aitune.torch.module.wrapper_module", "Module", "tune"),
+    ("aitune.torch.module.wrapper_module", "Module", "from_dict"),
+)
 _CONTAINER_DEPTH = 8  # how deep the conversion looks into containers held by AITune's objects
 
 # AITune's Locator methods that act on aitune_fast's registry while patched
 _REGISTRY_METHODS = ("register_user_type", "unregister_user_type", "ignore_type", "unignore_type", "find_leaves")
+# the methods of AITune's classes that keep their own globals while patched (`_keep_stock_equality`)
+_EQUALITY_METHODS = ("__eq__", "__ne__", "__hash__")
 
 
 class _State:
-    """Everything ``unpatch_aitune()`` needs to restore stock AITune exactly."""
+    """Everything ``unpatch_aitune()`` needs to restore stock AITune exactly: one object per patched period, put
+    in place and taken away by a journaled step of the switch."""
 
-    def __init__(self) -> None:
-        self.active = False
-        # one lock for the life of the process: unpatch re-initialises the state while holding it
-        self.lock: threading.RLock = getattr(self, "lock", None) or threading.RLock()
+    def __init__(self, active: bool = False) -> None:
+        self.active = active
+        self.complete = False  # every step of the patch done
+        self.call_path = True
         self.reference: dict[str, Any] = {}  # name -> AITune's object
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(AITune's object) -> (it, ours)
         self.swapped: list[tuple[Any, str, Any]] = []  # (module, attribute, AITune's object)
@@ -124,12 +145,12 @@ class _State:
 
 
 _state = _State()
-_epoch = [0]  # counts unpatches: an import that began before one does not touch the state after it
 _importing = threading.local()  # .depth: hooked aitune imports running on this thread
 
 
 def is_aitune_patched() -> bool:
-    """Whether ``patch_aitune()`` is in effect."""
+    """Whether ``patch_aitune()`` is in effect (also True while an interrupted switch has left some of it in
+    place: ``unpatch_aitune()`` then takes the rest away, ``patch_aitune()`` completes it)."""
     return _state.active
 
 
@@ -138,76 +159,170 @@ def patch_aitune(call_path: bool = True) -> None:
 
     `call_path`: also run a tuned module's per-call path (``Module._forward``, ``TunedModule.__call__``,
     ``Backend.infer``) on aitune_fast's implementation (``_tuned_call``); False keeps AITune's own, with only the
-    metadata swapped. Calling it again while patched switches the call path. Idempotent. Raises ImportError when
-    ``aitune`` is not installed, RuntimeError when its version is not one the patch was made for
-    (``aitune>=0.6.0,<0.7.0``).
+    metadata swapped. Calling it again while patched switches the call path. Idempotent.
+
+    The switch is atomic: calls into AITune made meanwhile by other threads wait for it, the calls already running
+    finish first, and any failure (or KeyboardInterrupt) leaves AITune as it was. Raises ImportError when ``aitune``
+    is not installed, RuntimeError when its version is not one the patch was made for (``aitune>=0.6.0,<0.7.0``),
+    and :class:`SwitchRefused` (a RuntimeError) while another thread tunes or saves or loads a checkpoint, or when
+    AITune calls of other threads have not returned within 5 seconds: call it again once they have.
     """
-    with _state.lock:
-        if _state.active:
+    with _switch.LOCK:
+        _recover()
+        if _state.active and _state.complete:
             _tuned_call.enable(call_path)  # the call path switch (issue 20)
+            _state.call_path = call_path
             return
         if "aitune" not in sys.modules and importlib.util.find_spec("aitune") is None:
             raise ImportError(
                 "aitune_fast.patch_aitune() needs AITune installed (`pip install aitune`), the package it patches"
             )
         _check_aitune_version()
-        _state.active = True
-        _state.finder = _Finder()
-        sys.meta_path.insert(0, _state.finder)
-        try:
-            for name in sorted(_DEFINITIONS):
-                module = sys.modules.get(name)
-                if module is not None:
-                    _learn_definitions(module)
-            stale = _convert_live_objects(to_ours=True)
-            # the modules that call the metadata first, then, once no call of AITune's own metadata code is in
-            # flight, the modules that define it: no call builds a metadata of AITune's class from our parts
-            names = sorted(n for n in list(sys.modules) if _is_aitune(n))
-            for defining in (False, True):
-                if defining:
-                    _wait_for_calls_in_flight()
-                for name in names:
-                    module = sys.modules.get(name)
-                    if module is not None and (name in _DEFINITIONS) is defining:
-                        _on_loaded(module)
-            _drop_stale_keys(stale)
-            _tuned_call.enable(call_path)  # the call path: now and as AITune's modules load
-        except BaseException:
-            _unpatch_locked()
-            raise
+        with _switch.quiescent(_entries(), _codes(), "patch_aitune"):
+            journal = _switch.JOURNAL
+            try:
+                if _state.active:  # a switch interrupted earlier left part of the patch: take it away first
+                    _unpatch_steps()
+                _patch_steps(call_path)
+                _settle("patch_aitune", to_ours=True)
+            except BaseException:
+                journal.roll_back()
+                raise
+            journal.commit()
 
 
 def unpatch_aitune() -> None:
     """Undo ``patch_aitune()``: AITune's own objects everywhere again, its ``Locator`` registry updated with the
-    registrations made while patched, and live tuned modules' backend keys converted back. Idempotent."""
-    with _state.lock:
-        if _state.active:
-            _unpatch_locked()
+    registrations made while patched, and live tuned modules' backend keys converted back. Idempotent, atomic as
+    ``patch_aitune()`` is, and refused (:class:`SwitchRefused`) in the same cases."""
+    with _switch.LOCK:
+        _recover()
+        if not _state.active:
+            return
+        with _switch.quiescent(_entries(), _codes(), "unpatch_aitune"):
+            journal = _switch.JOURNAL
+            try:
+                _unpatch_steps()
+                _settle("unpatch_aitune", to_ours=False)
+            except BaseException:
+                journal.roll_back()
+                raise
+            journal.commit()
 
 
-def _unpatch_locked() -> None:
-    _tuned_call.enable(False)  # the call path (issue 20) first: stock classes and live modules' wrappers back
-    finder = _state.finder
-    if finder is not None and finder in sys.meta_path:
-        sys.meta_path.remove(finder)
-    try:
-        stale = _convert_live_objects(to_ours=False)
-        _views_off(everything=True)
-        # AITune's metadata code first (its modules' names, its Locator's methods), then the modules calling it
-        for defining in (True, False):
-            for module, attribute, original in reversed(_state.swapped):
-                if (getattr(module, "__name__", None) in _DEFINITIONS) is defining:
-                    setattr(module, attribute, original)
-            for key, (owner, attribute, original) in reversed(list(_state.replaced.items())):
-                if key.startswith("Locator.") is defining:
-                    setattr(owner, attribute, original)
-        _gc_module._source[0] = _gc_module.global_context
-        _config._source[0] = _config.config
-        _registry_back()
-        _drop_stale_keys(stale)
-    finally:
-        _epoch[0] += 1
-        _state.__init__()
+def _recover() -> None:
+    """Finish what an interrupted switch left: its gates opened, its changes rolled back (the switch that was
+    interrupted then never happened)."""
+    _switch.GATES.open()
+    _switch.JOURNAL.roll_back()
+
+
+def _patch_steps(call_path: bool) -> None:
+    """The patch, each change through the journal."""
+    journal = _switch.JOURNAL
+    _set_state(_State(active=True))
+    finder = _Finder()
+    _state.finder = finder
+    journal.apply(_switch.Step(lambda: sys.meta_path.insert(0, finder), lambda: _remove(sys.meta_path, finder)))
+    for name in sorted(_DEFINITIONS):
+        module = sys.modules.get(name)
+        if module is not None:
+            _learn_definitions(module)
+    _convert_live_objects(to_ours=True)
+    for name in sorted(n for n in list(sys.modules) if _is_aitune(n)):
+        module = sys.modules.get(name)
+        if module is not None:
+            _on_loaded(module)
+    previous = _tuned_call.enabled()
+    journal.apply(_switch.Step(lambda: _tuned_call.enable(call_path), lambda: _tuned_call.enable(previous)))
+    _state.call_path = call_path
+    _state.complete = True
+
+
+def _unpatch_steps() -> None:
+    """The patch undone, each change through the journal (a roll back puts the patch back whole)."""
+    journal = _switch.JOURNAL
+    state = _state
+    call_path = _tuned_call.enabled()
+    # the call path (issue 20) first: stock classes and live modules' wrappers back
+    journal.apply(_switch.Step(lambda: _tuned_call.enable(False), lambda: _tuned_call.enable(call_path)))
+    finder = state.finder
+    if finder is not None:
+        journal.apply(_switch.Step(lambda: _remove(sys.meta_path, finder), lambda: _insert_once(finder)))
+    _convert_live_objects(to_ours=False)
+    views, importing = list(state.views), state.importing
+    journal.apply(_switch.Step(lambda: _views_off(everything=True), lambda: _views_back(views, importing)))
+    # AITune's metadata code first (its modules' names, its Locator's methods), then the modules calling it
+    for defining in (True, False):
+        for module, attribute, original in reversed(state.swapped):
+            if (getattr(module, "__name__", None) in _DEFINITIONS) is defining:
+                journal.apply(_switch.SetAttr(module, attribute, vars(module).get(attribute), original))
+        for key, (owner, attribute, original) in reversed(list(state.replaced.items())):
+            if key.startswith(("Locator.", "stock ")) is defining:
+                journal.apply(_switch.SetAttr(owner, attribute, _switch.attr(owner, attribute), original))
+    journal.apply(_switch.SetItem(_gc_module._source, 0, _gc_module._source[0], _gc_module.global_context))
+    journal.apply(_switch.SetItem(_config._source, 0, _config._source[0], _config.config))
+    _registry_back()
+    _set_state(_State())
+
+
+def _set_state(new: _State) -> None:
+    global _state
+    old = _state
+
+    def put(state: _State) -> None:
+        global _state
+        _state = state
+
+    _switch.JOURNAL.apply(_switch.Step(lambda: put(new), lambda: put(old)))
+
+
+def _remove(items: list, item: Any) -> None:
+    while item in items:
+        items.remove(item)
+
+
+def _insert_once(finder: Any) -> None:
+    if finder not in sys.meta_path:
+        sys.meta_path.insert(0, finder)
+
+
+def _settle(what: str, to_ours: bool) -> None:
+    """A thread that looked an entry point up just before its gate closed may have entered it after the scan: wait
+    for it and convert what it stored; refuse (the switch is rolled back) when it does not return in time."""
+    codes = _codes()
+    if _switch.settled(codes):
+        return
+    _switch.wait_for_calls(codes, what)
+    _convert_live_objects(to_ours=to_ours)
+
+
+def _lookup(module_name: str, class_name: str, attribute: str) -> tuple[Any, Any] | None:
+    """(owner, value) of ``module.class.attribute`` (or ``module.attribute``) where loaded, else None."""
+    module = sys.modules.get(module_name)
+    owner = getattr(module, class_name, None) if class_name else module
+    if not isinstance(owner, (type, types.ModuleType)):
+        return None
+    value = _switch.attr(owner, attribute)
+    return (owner, value) if value is not None else None
+
+
+def _entries() -> list[_switch.Entry]:
+    found = (_lookup(*where) for where in _GATED)
+    return [_switch.Entry(hit[0], where[2]) for where, hit in zip(_GATED, found, strict=True) if hit is not None]
+
+
+def _codes() -> _switch.Codes:
+    def codes(table: tuple[tuple[str, str, str], ...]) -> set[Any]:
+        out: set[Any] = set()
+        for where in table:
+            hit = _lookup(*where)
+            if hit is not None:
+                out.update(_switch.code_chain(hit[1]))
+        return out
+
+    long = codes(_LONG_CODE)
+    return _switch.Codes(calls=frozenset((codes(_GATED) | codes(_CALL_CODE)) - long), long=frozenset(long))
 
 
 def _check_aitune_version() -> None:
@@ -253,6 +368,33 @@ def _learn_definitions(module: Any) -> None:
         _state.by_id[id(value)] = (value, ours)
         if attribute == "Locator":
             _registry_over(value)
+    _keep_stock_equality(module)
+
+
+def _keep_stock_equality(module: Any) -> None:
+    """AITune's own classes keep stock's equality while patched.
+
+    Their ``__eq__`` checks ``isinstance(other, Locator)`` (or ``TensorSpec``) through the module's name, which the
+    patch points at aitune_fast's class: two equal AITune locators made before the patch would compare unequal, and
+    a dict keyed by one would not find the other. The equality methods that name a swapped class run, while patched,
+    with globals of their own that give AITune's objects under those names.
+    """
+    theirs = {id(ours): ref for ref, ours in _state.by_id.values()}
+    namespace = {name: theirs.get(id(value), value) for name, value in vars(module).items()}
+    swapped = set(_OURS)
+    for attribute in _DEFINITIONS[module.__name__]:
+        cls = _state.reference.get(attribute)
+        if not isinstance(cls, type) or cls.__module__ != module.__name__:
+            continue
+        for name in _EQUALITY_METHODS:
+            function = vars(cls).get(name)
+            if isinstance(function, types.FunctionType) and swapped & set(function.__code__.co_names):
+                own = types.FunctionType(
+                    function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
+                )
+                own.__kwdefaults__ = function.__kwdefaults__
+                own.__qualname__ = function.__qualname__
+                _replace(f"stock {cls.__qualname__}.{name}", cls, name, own)
 
 
 def _on_loaded(module: Any) -> None:
@@ -265,15 +407,15 @@ def _on_loaded(module: Any) -> None:
     namespace = getattr(module, "__dict__", None)
     if namespace is None:
         return
-    _state.seen[name] = module
     holds = False
     for attribute, value in list(namespace.items()):
         pair = _state.by_id.get(id(value))
         if pair is not None and pair[0] is value:
-            setattr(module, attribute, pair[1])
-            _state.swapped.append((module, attribute, value))
+            _state.swapped.append((module, attribute, value))  # written down first: unpatch puts it back
             _state.swapped_names[(name, attribute)] = value
+            _switch.JOURNAL.apply(_switch.SetAttr(module, attribute, value, pair[1]))
             holds = True
+    _state.seen[name] = module
     if holds:
         _state.holders.append(module)
         if _state.importing:
@@ -336,6 +478,13 @@ def _views_off(everything: bool = False) -> None:
         _state.views.clear()
 
 
+def _views_back(views: list[Any], importing: int) -> None:
+    """Undo :func:`_views_off`."""
+    _state.importing = importing
+    for module in views:
+        _view(module)
+
+
 class _Loader(importlib.abc.Loader):
     """Runs the real loader with AITune's own objects in view (:class:`_ImportView`), then swaps names in the
     new module."""
@@ -347,19 +496,18 @@ class _Loader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        with _state.lock:
-            epoch = _epoch[0] if _state.active else None
-            if epoch is not None:
+        with _switch.LOCK:
+            state = _state if _state.active else None
+            if state is not None:
                 _views_on()
         _importing.depth = getattr(_importing, "depth", 0) + 1
         try:
             self._loader.exec_module(module)
         finally:
             _importing.depth -= 1
-            with _state.lock:
-                if epoch is not None and epoch == _epoch[0]:
-                    if _state.active:
-                        _on_loaded(module)
+            with _switch.LOCK:
+                if state is not None and state is _state:
+                    _on_loaded(module)
                     _views_off()
 
     def __getattr__(self, name: str) -> Any:
@@ -485,15 +633,21 @@ def _reference_of(md: Any) -> Any:
     return cls(tuple(tensors), tuple(others), strict, phase)
 
 
-def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
+def _convert_live_objects(to_ours: bool) -> None:
     """Give every metadata that AITune's live objects hold the other world's class (to_ours: aitune_fast's).
 
     Looks into every object of a class defined in ``aitune`` (tuned, recording and wrapper modules, graph specs,
     sample stores, kernel profilers, ...) and the dicts, lists and tuples it holds, however nested: a metadata held
-    as a value is replaced; a metadata dict key gets an equal key of the other world beside it (the dict answers
-    both worlds while the names switch). Returns the (dict, old key) pairs that :func:`_drop_stale_keys` removes
-    once the names have switched.
+    as a value is replaced; a dict keyed by metadata gets its items back in their order with the keys converted, in
+    one step (no dict ever holds keys of both classes). Every change is planned first (a failure there changes
+    nothing), then made through the journal.
     """
+    for edit in _conversion_plan(to_ours):
+        _switch.JOURNAL.apply(edit)
+
+
+def _conversion_plan(to_ours: bool) -> list[Any]:
+    """The journal edits that :func:`_convert_live_objects` makes, innermost containers first."""
     reference = _state.reference
     if "SampleMetadata" not in reference:
         return []  # AITune's metadata never loaded: no live objects to convert
@@ -502,7 +656,7 @@ def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
     skip = tuple(reference[n] for n in _CONVERTED if n in reference and n != "ObjectType") + _OUR_TYPES
     convert = _ours_of if to_ours else _reference_of
     memo: dict[int, tuple[Any, Any]] = {}
-    stale: list[tuple[Any, Any]] = []
+    edits: list[Any] = []
     seen: set[int] = set()
 
     def conv(md: Any) -> Any:
@@ -512,7 +666,7 @@ def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
         return done[1]
 
     def walk(value: Any, depth: int) -> Any:
-        """`value` converted (a new object for a metadata or a tuple holding one; containers change in place)."""
+        """`value` converted (a new object for a metadata or a tuple holding one; edits planned for containers)."""
         if isinstance(value, source):
             return conv(value)
         cls = type(value)
@@ -525,29 +679,42 @@ def _convert_live_objects(to_ours: bool) -> list[tuple[Any, Any]]:
         if isinstance(value, list):
             for index, item in enumerate(list(value)):
                 new = walk(item, depth + 1)
-                if new is not item and index < len(value) and value[index] is item:
-                    value[index] = new
+                if new is not item:
+                    edits.append(_switch.SetItem(value, index, item, new))
             return value
-        for key, item in list(value.items()):
-            new = walk(item, depth + 1)
-            if isinstance(key, source):
-                value[conv(key)] = new
-                stale.append((value, key))
-            elif new is not item:
-                value[key] = new
+        pairs = list(value.items())
+        new_pairs = [(conv(k) if isinstance(k, source) else k, walk(v, depth + 1)) for k, v in pairs]
+        if any(a[0] is not b[0] for a, b in zip(pairs, new_pairs, strict=True)):
+            _check_distinct(new_pairs)
+            edits.append(_switch.Rekey(value, pairs, new_pairs))
+        else:
+            edits.extend(
+                _switch.SetItem(value, k, v, new)
+                for (k, v), (_, new) in zip(pairs, new_pairs, strict=True)
+                if new is not v
+            )
         return value
 
-    looked_at: dict[type, bool] = {}  # class -> whether its instances are AITune's objects to look into
-    for obj in _core._gc_objects_but_tuples():  # not gc.get_objects(): see there
-        cls = type(obj)
-        look = looked_at.get(cls)
-        if look is None:
-            module = getattr(cls, "__module__", None)
-            look = looked_at[cls] = isinstance(module, str) and _is_aitune(module) and not issubclass(cls, skip)
-        if look:
-            for state in _instance_dicts(obj):
-                walk(state, 0)
-    return stale
+    def aitunes(cls: type) -> bool:
+        try:
+            module = type.__getattribute__(cls, "__module__")  # not through a metaclass of the user's
+        except AttributeError:
+            return False
+        return isinstance(module, str) and _is_aitune(module) and not issubclass(cls, skip)
+
+    for obj in _switch.live_instances(aitunes):
+        for state in _instance_dicts(obj):
+            walk(state, 0)
+    return edits
+
+
+def _check_distinct(pairs: list[tuple[Any, Any]]) -> None:
+    """Refuse a conversion that would make two keys of one dict equal (the dict would lose an entry)."""
+    if len(dict(pairs)) != len(pairs):
+        raise RuntimeError(
+            "aitune_fast: converting the metadata keys of an AITune object would make two of them equal; nothing "
+            "was changed. Please report this with the keys' describe() output."
+        )
 
 
 def _instance_dicts(obj: Any) -> list[dict]:
@@ -562,68 +729,26 @@ def _instance_dicts(obj: Any) -> list[dict]:
     return dicts
 
 
-def _drop_stale_keys(stale: list[tuple[Any, Any]]) -> None:
-    """Remove the old world's keys that :func:`_convert_live_objects` left beside the new ones, once every call that
-    was between building its metadata and looking it up when the names switched has returned."""
-    if not stale:
-        return
-    _wait_for_calls_in_flight()
-    for mapping, key in stale:
-        try:
-            del mapping[key]
-        except KeyError:  # removed meanwhile
-            pass
-
-
-def _dispatch_codes() -> set[Any]:
-    codes = set()
-    for module_name, class_name, attribute in _DISPATCH_CODE:
-        module = sys.modules.get(module_name)
-        owner = getattr(module, class_name, None) if class_name else module
-        function = vars(owner).get(attribute) if isinstance(owner, (type, types.ModuleType)) else None
-        while function is not None:  # the functions the patch put in place keep AITune's as __wrapped__
-            code = getattr(function, "__code__", None)
-            if code is not None:
-                codes.add(code)
-            function = getattr(function, "__wrapped__", None)
-    return codes
-
-
-def _wait_for_calls_in_flight() -> None:
-    """Wait (at most ``_CALLS_IN_FLIGHT_LIMIT_S``) until the calls of AITune's dispatch code that other threads are
-    in now have returned: one of them may hold a metadata of the old world that it has yet to look up."""
-    codes = _dispatch_codes()
-    # other threads' frames are walked in the core, in one step no other thread can run in the middle of
-    pending = _core._frames_running(codes, threading.get_ident()) if codes else []
-    deadline = time.monotonic() + _CALLS_IN_FLIGHT_LIMIT_S
-    while pending:
-        if time.monotonic() > deadline:
-            _logger.warning("patch toggle: %d AITune calls still in flight after %ss", len(pending), deadline)
-            return
-        time.sleep(0.0002)
-        pending = _core._still_running(pending)
-
-
 # ---------------------------------------------------------------------------------------------- checkpoints
 
 
 def _replace(key: str, owner: Any, attribute: str, replacement: Any) -> None:
     """Put `replacement` at `owner.attribute` until unpatch (which puts AITune's function back)."""
-    original = vars(owner).get(attribute)
+    original = _switch.attr(owner, attribute)
     if original is None or key in _state.replaced:
         return
     function = replacement.__func__ if isinstance(replacement, staticmethod) else replacement
     if isinstance(function, types.FunctionType):  # aitune_fast's own methods (builtins) keep their own
         function.__doc__ = getattr(original, "__doc__", None)
         function.__wrapped__ = getattr(original, "__func__", original)
-    setattr(owner, attribute, replacement)
-    _state.replaced[key] = (owner, attribute, original)
+    _state.replaced[key] = (owner, attribute, original)  # written down first: unpatch puts it back
+    _switch.JOURNAL.apply(_switch.SetAttr(owner, attribute, original, replacement))
 
 
 def _wrap_to_dict(tuned_module: type) -> None:
     """``TunedModule.to_dict`` stores each backend key in the reference's layout (stock AITune reads it), and
     ``TunedModule.from_dict`` reads keys in that layout as AITune does (:func:`_wrap_from_dict`)."""
-    original = vars(tuned_module).get("to_dict")
+    original = _switch.attr(tuned_module, "to_dict")
     if original is not None:
 
         def to_dict(self: Any) -> Any:
@@ -675,7 +800,7 @@ def _wrap_from_dict(tuned_module: type) -> None:
     ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1`` (the checkpoint file itself loaded weights-only) only the restricted reader
     reads them.
     """
-    original = vars(tuned_module).get("from_dict")
+    original = _switch.attr(tuned_module, "from_dict")
     if not isinstance(original, staticmethod):
         return
     function = original.__func__

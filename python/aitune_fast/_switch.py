@@ -1,0 +1,369 @@
+"""What makes a switch of the patch atomic: it converts and renames while no AITune call is in the middle of
+building, storing or looking up a metadata, and every change it makes can be undone.
+
+A switch (``patch_aitune()`` / ``unpatch_aitune()``) runs under :data:`LOCK` inside :func:`quiescent`, which
+
+1. closes the gates (:class:`_Gates`): each entry point of AITune's metadata code (a recording call, a tuned call,
+   ``Module.tune``, a checkpoint's keys and files) becomes a function that holds new calls until the switch is over
+   and then runs whatever is in place by then. A call already inside that code (its frame is on the thread's stack)
+   passes, so nested calls finish in the world they started in;
+2. refuses at once (:class:`SwitchRefused`) while another thread tunes or saves or loads a checkpoint (minutes of
+   work that holds metadata in local variables), and otherwise waits until no other thread runs AITune's metadata
+   code; a call still running after :data:`CALLS_IN_FLIGHT_LIMIT_S` makes the switch refuse;
+3. yields: the switch writes each change to a :class:`Journal` before making it, so an exception or
+   KeyboardInterrupt at any point is rolled back, by the switch itself or, when the roll back was interrupted too,
+   by the next switch (:func:`recover`);
+4. checks that nobody slipped in meanwhile (:func:`settled`) and opens the gates.
+
+Class attributes that are gated read and write through :func:`attr` and :func:`put`, so the patch and the call path
+replace methods on AITune's classes in the same way whether a gate stands in front of them or not.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from aitune_fast import _core
+
+# the switch lock, for the life of the process: held by a switch from start to end, and by hooked imports
+LOCK = threading.RLock()
+CALLS_IN_FLIGHT_LIMIT_S = 5.0  # the longest a switch waits for the calls in flight to return
+_ENTRY_GRACE_S = 0.002  # a GIL release before the first scan: a thread that looked up an entry point just before its
+# gate closed runs into it (its frame then shows in the scan)
+_POLL_S = 0.0005  # between two scans of the calls in flight
+_WAITER_POLL_S = 0.01  # how often a caller held at a gate checks that the switch is still running
+
+
+class SwitchRefused(RuntimeError):
+    """The patch could not be switched without breaking AITune work running in other threads."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An entry point of AITune's metadata code: ``owner.attribute`` (a class or a module)."""
+
+    owner: Any
+    attribute: str
+
+
+@dataclass(frozen=True)
+class Codes:
+    """The code a switch must not run beside. `calls`: short calls (dispatch, recording, a key's conversion), waited
+    for; a thread inside one passes the gates. `long`: tuning and checkpoint files, refused while running."""
+
+    calls: frozenset[Any]
+    long: frozenset[Any]
+
+
+def code_chain(function: Any) -> list[Any]:
+    """The code objects that are `function`'s own: the innermost function it wraps (``__wrapped__``,
+    staticmethods), and aitune_fast's wrappers on the way. Not other decorators' wrappers: their code is shared by
+    every function they decorate (AITune's hardware-metrics wrapper decorates ``Backend.infer`` as well)."""
+    codes = []
+    seen: set[int] = set()
+    while function is not None and id(function) not in seen:
+        seen.add(id(function))
+        function = getattr(function, "__func__", function)
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            codes.append(code)
+        function = getattr(function, "__wrapped__", None)
+    own = __file__.rsplit("/", 1)[0]
+    return [code for i, code in enumerate(codes) if i == len(codes) - 1 or code.co_filename.startswith(own)]
+
+
+# ---------------------------------------------------------------------------------------------- gates
+
+
+@dataclass
+class _Gate:
+    entry: Entry
+    under: Any  # what the attribute holds behind the gate (replaced through `put` while the gate stands)
+    installed: Any  # the gate function (or staticmethod) at the attribute
+
+
+class _Gates:
+    """The gates of the switch running now (none between switches)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.standing: dict[tuple[int, str], _Gate] = {}
+        self.owner: int | None = None  # the switching thread
+        self.pass_codes: frozenset[Any] = frozenset()
+
+    def close(self, entries: list[Entry], pass_codes: frozenset[Any]) -> None:
+        self.owner = threading.get_ident()
+        self.pass_codes = pass_codes
+        for entry in entries:
+            key = (id(entry.owner), entry.attribute)
+            under = vars(entry.owner).get(entry.attribute)
+            if key in self.standing or not _gateable(under):
+                continue
+            gate = _gate_function(entry)
+            installed = staticmethod(gate) if isinstance(under, staticmethod) else gate
+            self.standing[key] = _Gate(entry, under, installed)  # written down before it is put in place
+            setattr(entry.owner, entry.attribute, installed)
+
+    def open(self) -> None:
+        """Put back what stands behind each gate and let the callers held there go on (idempotent)."""
+        while self.standing:
+            key, gate = next(iter(self.standing.items()))
+            if vars(gate.entry.owner).get(gate.entry.attribute) is gate.installed:
+                setattr(gate.entry.owner, gate.entry.attribute, gate.under)
+            del self.standing[key]
+        self.owner = None
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait(self, caller_frame: Any) -> None:
+        """Hold a caller from outside AITune's metadata code until the gates open."""
+        me = threading.get_ident()
+        while self.standing and self.owner != me and not _on_stack(caller_frame, self.pass_codes):
+            with self.cond:
+                self.cond.wait(_WAITER_POLL_S)
+            if self.standing and LOCK.acquire(blocking=False):
+                try:  # nobody is switching (a switch holds the lock): gates an interrupted switch left standing
+                    self.open()
+                finally:
+                    LOCK.release()
+
+    def target(self, entry: Entry) -> Any:
+        gate = self.standing.get((id(entry.owner), entry.attribute))
+        return gate.under if gate is not None else vars(entry.owner).get(entry.attribute)
+
+
+GATES = _Gates()
+
+
+def _gateable(value: Any) -> bool:
+    function = value.__func__ if isinstance(value, staticmethod) else value
+    return isinstance(function, types.FunctionType)
+
+
+def _gate_function(entry: Entry) -> Any:
+    def gate(*args: Any, **kwargs: Any) -> Any:
+        GATES.wait(sys._getframe(1))
+        target = GATES.target(entry)
+        function = target.__func__ if isinstance(target, staticmethod) else target
+        return function(*args, **kwargs)
+
+    gate.__wrapped__ = vars(entry.owner).get(entry.attribute)  # type: ignore[attr-defined]
+    gate.__qualname__ = f"aitune_fast gate of {getattr(entry.owner, '__qualname__', entry.owner)}.{entry.attribute}"
+    return gate
+
+
+def _on_stack(frame: Any, codes: frozenset[Any]) -> bool:
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def attr(owner: Any, attribute: str) -> Any:
+    """``vars(owner)[attribute]`` as it is behind a gate standing there (None when absent)."""
+    gate = GATES.standing.get((id(owner), attribute))
+    return gate.under if gate is not None else vars(owner).get(attribute)
+
+
+def put(owner: Any, attribute: str, value: Any) -> None:
+    """``setattr(owner, attribute, value)``, behind the gate when one stands there (it puts `value` back on opening)."""
+    gate = GATES.standing.get((id(owner), attribute))
+    if gate is not None:
+        gate.under = value
+    else:
+        setattr(owner, attribute, value)
+
+
+# ---------------------------------------------------------------------------------------------- live objects
+
+
+def live_instances(wanted: Callable[[type], bool]) -> list[Any]:
+    """The live objects whose class `wanted` accepts (asked once per class). Taken through
+    ``_core._gc_objects_but_tuples()``, not ``gc.get_objects()``: see there."""
+    classes = {cls for cls in _all_classes() if wanted(cls)}
+    return [obj for obj in _core._gc_objects_but_tuples() if type(obj) in classes]
+
+
+def _all_classes() -> list[type]:
+    """Every class there is: ``object`` and its subclasses, however deep."""
+    found: list[type] = []
+    seen: set[int] = set()
+    stack: list[type] = [object]
+    while stack:
+        cls = stack.pop()
+        if id(cls) not in seen:
+            seen.add(id(cls))
+            found.append(cls)
+            stack.extend(type.__subclasses__(cls))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- in flight
+
+
+def in_flight(codes: frozenset[Any]) -> list[tuple[int, Any]]:
+    """(thread id, frame) of the other threads running one of `codes`."""
+    if not codes:
+        return []
+    return list(_core._frames_running(set(codes), threading.get_ident()))
+
+
+def _describe(pending: list[tuple[int, Any]]) -> str:
+    names = {
+        f"{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)} (thread {ident})" for ident, frame in pending
+    }
+    return ", ".join(sorted(names))
+
+
+def _refuse_long(codes: Codes, what: str) -> None:
+    busy = in_flight(codes.long)
+    if busy:
+        raise SwitchRefused(
+            f"aitune_fast.{what}() refused: AITune is tuning or saving/loading a checkpoint in another thread "
+            f"({_describe(busy)}); switching would leave that work with metadata of the other class. "
+            f"Call {what}() before or after it."
+        )
+
+
+def wait_for_calls(codes: Codes, what: str) -> None:
+    """Return once no other thread runs `codes.calls`; refuse while one runs `codes.long`, or after the limit."""
+    deadline = time.monotonic() + CALLS_IN_FLIGHT_LIMIT_S
+    while True:
+        _refuse_long(codes, what)
+        busy = in_flight(codes.calls)
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise SwitchRefused(
+                f"aitune_fast.{what}() refused: AITune calls in other threads were still running after "
+                f"{CALLS_IN_FLIGHT_LIMIT_S} s ({_describe(busy)}); nothing was changed. Call {what}() again once "
+                f"they have returned."
+            )
+        time.sleep(_POLL_S)
+
+
+def _on_own_stack(codes: Codes) -> bool:
+    return _on_stack(sys._getframe(1), codes.calls | codes.long)
+
+
+@contextmanager
+def quiescent(entries: list[Entry], codes: Codes, what: str) -> Iterator[None]:
+    """Close the gates at `entries`, wait until no other thread runs `codes`, yield, open the gates."""
+    if _on_own_stack(codes):
+        raise SwitchRefused(
+            f"aitune_fast.{what}() cannot run inside AITune's own calls (a tuned or recording module's forward, "
+            f"tune(), a checkpoint's save or load); call it outside them."
+        )
+    GATES.open()  # gates an interrupted switch left standing
+    GATES.close(entries, codes.calls)
+    try:
+        time.sleep(_ENTRY_GRACE_S)
+        wait_for_calls(codes, what)
+        JOURNAL.recording = True
+        yield
+    finally:
+        JOURNAL.recording = False
+        GATES.open()
+
+
+def settled(codes: Codes) -> bool:
+    """Whether no other thread entered AITune's metadata code while the switch ran (a thread that had looked an
+    entry point up before its gate closed and had not called it yet when the switch scanned)."""
+    return not in_flight(codes.calls | codes.long)
+
+
+# ---------------------------------------------------------------------------------------------- journal
+
+
+@dataclass
+class SetItem:
+    """``container[key] = new`` (a dict value, a list item, a module's or an object's attribute dict entry)."""
+
+    container: Any
+    key: Any
+    old: Any
+    new: Any
+
+    def do(self) -> None:
+        self.container[self.key] = self.new
+
+    def undo(self) -> None:
+        self.container[self.key] = self.old
+
+
+@dataclass
+class SetAttr:
+    """``setattr(owner, attribute, new)`` through :func:`put`."""
+
+    owner: Any
+    attribute: str
+    old: Any
+    new: Any
+
+    def do(self) -> None:
+        put(self.owner, self.attribute, self.new)
+
+    def undo(self) -> None:
+        put(self.owner, self.attribute, self.old)
+
+
+@dataclass
+class Step:
+    """Any other change: `do` makes it, `undo` takes it back (each safe to run again)."""
+
+    do: Any
+    undo: Any
+
+
+@dataclass
+class Rekey:
+    """A dict's items replaced by `new` (its keys converted), in their order, in the same dict object."""
+
+    mapping: Any
+    old: list[tuple[Any, Any]]
+    new: list[tuple[Any, Any]]
+
+    def do(self) -> None:
+        self.mapping.clear()
+        self.mapping.update(self.new)
+
+    def undo(self) -> None:
+        self.mapping.clear()
+        self.mapping.update(self.old)
+
+
+class Journal:
+    """The changes of the switch running now, each written down before it is made: the switch rolls them back when
+    it fails; when that roll back is interrupted too, the next switch finishes it before it starts. Empty between
+    switches."""
+
+    def __init__(self) -> None:
+        self.edits: list[Any] = []
+        self.recording = False  # a switch is running (outside one, changes such as hooked imports' are just made)
+
+    def apply(self, edit: Any) -> None:
+        if self.recording:
+            self.edits.append(edit)
+        edit.do()
+
+    def commit(self) -> None:
+        self.edits = []
+
+    def roll_back(self) -> bool:
+        """Undo every change still written down, newest first; whether there was any."""
+        had = bool(self.edits)
+        while self.edits:
+            self.edits[-1].undo()
+            self.edits.pop()
+        return had
+
+
+JOURNAL = Journal()

@@ -1,0 +1,572 @@
+"""Child program of ``test_patch_switch.py``: switching the patch while AITune works in other threads.
+
+Run as ``python switch_child.py MODE WORKDIR [ARGS...]``; prints one JSON document on its last stdout line.
+Modes:
+  in_flight START HOLD LIMIT  a recording call (the module's first) is held inside its forward while another thread
+                   switches the patch (START: "stock" patches, "patched" unpatches); HOLD seconds later the forward
+                   returns; LIMIT is the switch's wait for calls in flight (seconds)
+  tune             a switch while another thread runs ``Module.tune()`` (held between its two graphs)
+  load             a switch while another thread loads a checkpoint: through ``ait.load`` and ``TunedModule.from_dict``
+  equality         AITune's own locators, specs and metadata made before the patch, compared under it
+  interrupts SEED N  a KeyboardInterrupt at N seeded points of each switch (some twice: in its roll back too)
+  random SEED N    switches at seeded random moments while threads record, tune and load, until N went through
+                   and N were refused
+Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from child_kit import quick_strategy, report
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+OURS = "aitune_fast"
+STOCK = "aitune.torch.module"
+
+
+def setup():
+    import aitune.torch as ait
+    import aitune_fast
+    import torch
+    from aitune_fast import _switch
+
+    return ait, torch, aitune_fast, _switch
+
+
+class Gate:
+    """Holds a forward (or a tune step, a load) until released."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def hold(self) -> None:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            self.release.wait(30)
+
+
+def held_mlp(torch, gate: Gate):
+    class Held(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            gate.hold()
+            return self.lin(x)
+
+    return Held().eval()
+
+
+def world_of(value) -> str:
+    module = type(value).__module__
+    return "ours" if module.startswith(OURS) else "stock" if module.startswith(STOCK) else module
+
+
+def key_worlds(m) -> list[str]:
+    """The class (ours/stock) of every metadata key and graph spec a module's wrapper holds."""
+    wrapper = m.module
+    found = []
+    for name in ("_backends", "_graph_specs", "_samples"):
+        found += [world_of(k) for k in getattr(wrapper, name, {})]
+    for spec in getattr(wrapper, "_graph_specs", {}).values():
+        found.append(world_of(spec.input_spec))
+    return sorted(set(found))
+
+
+def name_worlds() -> list[str]:
+    """Whether AITune's modules hold ours or AITune's classes under the swapped names."""
+    names = ("SampleMetadata", "ExactSampleMetadata", "TensorSpec", "Locator")
+    found = set()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("aitune.") and module is not None:
+            for attribute in names:
+                value = vars(module).get(attribute)
+                if isinstance(value, type):
+                    found.add("ours" if value.__module__.startswith(OURS) else "stock")
+    return sorted(found)
+
+
+def switch(aitune_fast, to_patched: bool) -> str | None:
+    """Switch; the refusal's message when refused."""
+    try:
+        aitune_fast.patch_aitune() if to_patched else aitune_fast.unpatch_aitune()
+    except aitune_fast.patch.SwitchRefused as exc:
+        return str(exc)
+    return None
+
+
+def in_thread(fn, *args):
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            box["error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def in_flight_mode(workdir, start, hold, limit):
+    ait, torch, aitune_fast, _switch = setup()
+    _switch.CALLS_IN_FLIGHT_LIMIT_S = float(limit)
+    if start == "patched":
+        aitune_fast.patch_aitune()
+    gate = Gate()
+    m = ait.Module(held_mlp(torch, gate), "held", strategy=quick_strategy(ait))
+    x = torch.randn(2, 16)
+    gate.armed = True
+    with torch.no_grad():
+        call, call_box = in_thread(m, x)
+        gate.entered.wait(30)
+        switcher, switch_box = in_thread(switch, aitune_fast, start == "stock")
+        time.sleep(float(hold))
+        gate.release.set()
+        call.join(60)
+        switcher.join(60)
+        graphs_after_first = len(m.graph_specs)
+        m(x)  # a second call of the same shape: the same graph
+        out = {
+            "call_error": call_box.get("error"),
+            "switch_error": switch_box.get("error"),
+            "refused": switch_box.get("value"),
+            "patched": aitune_fast.is_aitune_patched(),
+            "graphs_after_first": graphs_after_first,
+            "graphs": len(m.graph_specs),
+            "keys": key_worlds(m),
+            "names": name_worlds(),
+        }
+        m.tune(device="cpu")
+        out["backends"] = len(m.module.backends)
+        out["out_ok"] = bool(torch.equal(m(x), m.__wrapped__.lin(x)))
+    path = os.path.join(workdir, "held.pt")
+    ait.save(m, path)
+    fresh = ait.Module(held_mlp(torch, Gate()), "held", strategy=quick_strategy(ait))
+    ait.load(fresh, path)
+    with torch.no_grad():
+        out["loaded_ok"] = bool(torch.equal(fresh(x), m.__wrapped__.lin(x)))
+    aitune_fast.unpatch_aitune()
+    with torch.no_grad():
+        out["unpatched_ok"] = bool(torch.equal(m(x), m.__wrapped__.lin(x)))
+    return out
+
+
+def two_graph_module(ait, torch):
+    """A recorded (untuned) MLP module with two graphs: inputs of rank 2 and rank 3."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 4)).eval()
+    m = ait.Module(model, f"two-{random.random()}", strategy=quick_strategy(ait))
+    xs = (torch.randn(2, 16), torch.randn(2, 3, 16))
+    with torch.no_grad():
+        for x in xs:
+            m(x)
+    return m, model, xs
+
+
+def calls_ok(torch, m, model, xs) -> list[str]:
+    errors = []
+    with torch.no_grad():
+        for x in xs:
+            try:
+                if not torch.equal(m(x), model(x)):
+                    errors.append(f"wrong output for {tuple(x.shape)}")
+            except Exception as exc:  # noqa: BLE001 - reported
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+    return errors
+
+
+def tune_mode(workdir):
+    ait, torch, aitune_fast, _switch = setup()
+    m, model, xs = two_graph_module(ait, torch)
+    gate = Gate()
+    strategy = m._self_strategies if hasattr(m, "_self_strategies") else None
+    from aitune.torch.tune_strategy import OneBackendStrategy
+
+    stock_tune = OneBackendStrategy.tune
+    seen = []
+
+    def held_tune(self, *args, **kwargs):
+        seen.append(1)
+        if len(seen) == 2:  # between the two graphs: the first is tuned, its key in tune()'s own dict
+            gate.armed = True
+            gate.hold()
+        return stock_tune(self, *args, **kwargs)
+
+    OneBackendStrategy.tune = held_tune
+    tuner, tune_box = in_thread(m.tune, "cpu")
+    gate.entered.wait(30)
+    refused = switch(aitune_fast, True)
+    gate.release.set()
+    tuner.join(120)
+    OneBackendStrategy.tune = stock_tune
+    out = {
+        "strategy": strategy is not None,
+        "tune_error": tune_box.get("error"),
+        "refused": refused,
+        "patched_during": aitune_fast.is_aitune_patched(),
+        "backends": len(m.module.backends),
+        "keys_after_tune": key_worlds(m),
+        "errors_after_tune": calls_ok(torch, m, model, xs),
+    }
+    out["refused_after"] = switch(aitune_fast, True)
+    out["keys_patched"] = key_worlds(m)
+    out["errors_patched"] = calls_ok(torch, m, model, xs)
+    out["refused_unpatch"] = switch(aitune_fast, False)
+    out["keys_unpatched"] = key_worlds(m)
+    out["errors_unpatched"] = calls_ok(torch, m, model, xs)
+    return out
+
+
+def load_mode(workdir):
+    ait, torch, aitune_fast, _switch = setup()
+    from aitune.torch.backend import TorchEagerBackend
+    from aitune.torch.module.tuned_module import TunedModule
+
+    m, model, xs = two_graph_module(ait, torch)
+    m.tune(device="cpu")
+    path = os.path.join(workdir, "two.pt")
+    ait.save(m, path)
+    state = m.module.to_dict()
+    gate = Gate()
+    stock_from_dict = TorchEagerBackend.__dict__["from_dict"]
+
+    def held_from_dict(*args, **kwargs):
+        gate.hold()
+        return stock_from_dict.__get__(None, TorchEagerBackend)(*args, **kwargs)
+
+    TorchEagerBackend.from_dict = staticmethod(held_from_dict)
+    out = {}
+    # ait.load (checkpoint files): refused while it runs
+    fresh = ait.Module(torch.nn.Sequential(torch.nn.Linear(16, 4)).eval(), m.name, strategy=quick_strategy(ait))
+    fresh.__wrapped__.load_state_dict(model.state_dict())
+    gate.armed = True
+    loader, load_box = in_thread(ait.load, fresh, path)
+    gate.entered.wait(30)
+    out["ait_load_refused"] = switch(aitune_fast, True)
+    gate.release.set()
+    loader.join(60)
+    out["ait_load_error"] = load_box.get("error")
+    out["ait_load_errors"] = calls_ok(torch, fresh, model, xs)
+    # TunedModule.from_dict (a key dict in flight): the switch waits for it, then converts what it built
+    gate.__init__()
+    gate.armed = True
+    loader, load_box = in_thread(TunedModule.from_dict, model, state)
+    gate.entered.wait(30)
+    switcher, switch_box = in_thread(switch, aitune_fast, True)
+    time.sleep(0.3)
+    gate.release.set()
+    loader.join(60)
+    switcher.join(60)
+    tuned = load_box.get("value")
+    out["from_dict_error"] = load_box.get("error")
+    out["from_dict_refused"] = switch_box.get("value")
+    out["patched"] = aitune_fast.is_aitune_patched()
+    out["from_dict_keys"] = sorted({world_of(k) for k in getattr(tuned, "_backends", {})})
+    TorchEagerBackend.from_dict = stock_from_dict
+    return out
+
+
+def equality_mode(workdir):
+    ait, torch, aitune_fast, _switch = setup()
+    from aitune.torch.module.exact_sample_metadata import ExactSampleMetadata
+    from aitune.torch.module.locator import Locator, ObjectType
+    from aitune.torch.module.sample_metadata import SampleMetadata
+    from aitune.torch.module.tensor_spec import TensorSpec
+
+    def build():
+        inputs = {"x": torch.ones(2, 3), "kw": {"a": [torch.zeros(4), 3]}}
+        loc = Locator((("x", ObjectType.DICT),))
+        spec = TensorSpec([2, 3], [2, 3], [2, 3], torch.float32, [0, 0])
+        return {
+            "locator": loc,
+            "spec": spec,
+            "md": SampleMetadata.from_inputs(inputs),
+            "exact": ExactSampleMetadata.from_inputs(inputs),
+        }
+
+    a, b = build(), build()
+    keyed = {name: {value: name} for name, value in a.items()}
+
+    def facts():
+        return {
+            name: {
+                "eq": a[name] == b[name],
+                "ne": a[name] != b[name],
+                "hash": hash(a[name]) == hash(b[name]),
+                "found": keyed[name].get(b[name]) == name,
+            }
+            for name in a
+        }
+
+    out = {"stock": facts()}
+    aitune_fast.patch_aitune()
+    out["patched"] = facts()
+    aitune_fast.unpatch_aitune()
+    out["unpatched"] = facts()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- interrupts
+
+TRACED = ("patch.py", "_switch.py", "_tuned_call.py")
+UNTRACED = {"_conversion_plan", "_swap_live_forwards"}  # scans of every live object: planning only, or one
+# attribute store per object that the switch redoes whole
+
+
+class Injector:
+    """A tracer that raises KeyboardInterrupt at given line events of the switch's own code (on this thread)."""
+
+    def __init__(self, at: set[int]) -> None:
+        self.at = at
+        self.count = 0
+        self.sites: list[tuple[str, int]] = []
+
+    def __call__(self, frame, event, arg):
+        code = frame.f_code
+        if code.co_name in UNTRACED or not code.co_filename.endswith(TRACED) or "aitune_fast" not in code.co_filename:
+            return None
+        return self.local
+
+    def local(self, frame, event, arg):
+        if event == "line":
+            self.count += 1
+            self.sites.append((os.path.basename(frame.f_code.co_filename), frame.f_lineno))
+            if self.count in self.at:
+                raise KeyboardInterrupt(f"injected at {self.sites[-1]}")
+        return self.local
+
+
+def traced(fn, at: set[int]) -> tuple[Injector, bool]:
+    injector = Injector(at)
+    sys.settrace(injector)
+    interrupted = False
+    try:
+        fn()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sys.settrace(None)
+    return injector, interrupted
+
+
+def interrupts_mode(workdir, seed, n):
+    ait, torch, aitune_fast, _switch = setup()
+    rng = random.Random(int(seed))
+    tuned, model, xs = two_graph_module(ait, torch)
+    tuned.tune(device="cpu")
+    recording, rec_model, rec_xs = two_graph_module(ait, torch)
+    modules = ((tuned, model, xs), (recording, rec_model, rec_xs))
+
+    def world() -> str:
+        found = set(name_worlds())
+        for m, _, _ in modules:
+            found.update(key_worlds(m))
+        return found.pop() if len(found) == 1 else "mixed"
+
+    problems: list[str] = []
+    counts = {"interrupted": 0, "twice": 0, "runs": 0}
+    conversion = interrupted_conversion(aitune_fast, world)
+    for to_patched in (True, False):
+        start = "stock" if to_patched else "ours"
+        target = "ours" if to_patched else "stock"
+
+        def do(to_patched=to_patched):
+            aitune_fast.patch_aitune() if to_patched else aitune_fast.unpatch_aitune()
+
+        def back(to_patched=to_patched):
+            aitune_fast.unpatch_aitune() if to_patched else aitune_fast.patch_aitune()
+
+        probe, _ = traced(do, set())
+        back()
+        events = probe.count
+        firsts: dict[tuple[str, int], int] = {}
+        for index, site in enumerate(probe.sites, 1):
+            firsts.setdefault(site, index)
+        points = sorted(rng.sample(sorted(firsts.values()), min(int(n), len(firsts))))
+        for point in points:
+            twice = rng.random() < 0.3
+            at = {point, point + rng.randint(1, 40)} if twice else {point}
+            injector, interrupted = traced(do, at)
+            counts["runs"] += 1
+            counts["interrupted"] += interrupted
+            counts["twice"] += twice and interrupted
+            seen = world()
+            site = injector.sites[point - 1] if point <= len(injector.sites) else None
+            claims = aitune_fast.is_aitune_patched()
+            if seen == "mixed" and not claims:
+                problems.append(f"{site}: AITune holds some of aitune_fast's objects but is_aitune_patched() is False")
+            if seen != "mixed" and claims != (seen == "ours"):
+                problems.append(f"{site}: world {seen} but is_aitune_patched() is {claims}")
+            if interrupted and not twice and seen != start and injector.count <= events:
+                problems.append(f"{site}: an interrupted switch left the world {seen} (it was {start})")
+            do()  # the second call finishes (or undoes) and switches
+            if world() != target or aitune_fast.is_aitune_patched() != to_patched:
+                problems.append(f"{site}: after the second call: world {world()}, patched {claims}")
+            if _switch.JOURNAL.edits or _switch.GATES.standing:
+                problems.append(f"{site}: journal or gates left after the second call")
+            for m, mdl, x in modules[:1]:
+                problems += [f"{site}: {e}" for e in calls_ok(torch, m, mdl, x)]
+            if len(recording.graph_specs) != 2:
+                problems.append(f"{site}: the recording module has {len(recording.graph_specs)} graphs")
+            back()
+    return {"problems": problems[:20], "n_problems": len(problems), "conversion": conversion, **counts}
+
+
+def interrupted_conversion(aitune_fast, world) -> dict:
+    """A KeyboardInterrupt while ``unpatch_aitune()`` converts AITune's metadata back: what is claimed and held
+    then, and after a second ``unpatch_aitune()``."""
+    from aitune_fast import patch
+
+    aitune_fast.patch_aitune()
+    convert = patch._reference_of
+
+    def interrupted(md):
+        raise KeyboardInterrupt("while converting")
+
+    patch._reference_of = interrupted
+    try:
+        aitune_fast.unpatch_aitune()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        patch._reference_of = convert
+    out = {"claims": aitune_fast.is_aitune_patched(), "world": world()}
+    aitune_fast.unpatch_aitune()
+    out["second"] = {"claims": aitune_fast.is_aitune_patched(), "world": world()}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- random
+
+
+RANDOM_LIMIT_S = 240.0  # the longest the random mode switches
+RANDOM_IDLE_S = 0.4  # the tune-and-load thread's pause after each
+
+
+def random_mode(workdir, seed, n):
+    ait, torch, aitune_fast, _switch = setup()
+    rng = random.Random(int(seed))
+    stop = threading.Event()
+    errors: list[str] = []
+    recorded: dict[int, set] = {}
+    stats = {"records": 0, "tunes": 0, "loads": 0}
+    torch.manual_seed(0)
+    saved, saved_model, saved_xs = two_graph_module(ait, torch)
+    saved.tune(device="cpu")
+    path = os.path.join(workdir, "random.pt")
+    ait.save(saved, path)
+
+    def guarded(fn, pause=0.0):
+        def run(i):
+            while not stop.is_set():
+                try:
+                    fn(i)
+                except Exception as exc:  # noqa: BLE001 - counted as a failed call
+                    errors.append(f"{fn.__name__}: {type(exc).__name__}: {exc}"[:300])
+                stop.wait(pause)
+
+        return run
+
+    modules = []
+
+    @guarded
+    def record(i):
+        # a module recording calls of growing shapes: every distinct rank is one graph
+        if len(modules) <= i:
+            torch.manual_seed(i)
+            modules.append(ait.Module(torch.nn.Linear(16, 4).eval(), f"rec-{i}", strategy=quick_strategy(ait)))
+            recorded[i] = set()
+        rank = 2 + len(recorded[i]) % 3
+        shape = (2,) * (rank - 1) + (16,)
+        with torch.no_grad():
+            modules[i](torch.randn(*shape))
+        recorded[i].add(rank)
+        stats["records"] += 1
+
+    def tune(i):
+        m, model, xs = two_graph_module(ait, torch)
+        m.tune(device="cpu")
+        for e in calls_ok(torch, m, model, xs):
+            errors.append(f"tuned: {e}")
+        stats["tunes"] += 1
+
+    def load(i):
+        fresh = ait.Module(torch.nn.Sequential(torch.nn.Linear(16, 4)).eval(), saved.name)
+        fresh.__wrapped__.load_state_dict(saved_model.state_dict())
+        ait.load(fresh, path)
+        for e in calls_ok(torch, fresh, saved_model, saved_xs):
+            errors.append(f"loaded: {e}")
+        stats["loads"] += 1
+
+    @functools.partial(guarded, pause=RANDOM_IDLE_S)
+    def tune_then_load(i):  # with idle moments between them, when a switch is not refused
+        tune(i)
+        stop.wait(RANDOM_IDLE_S)
+        load(i)
+
+    workers = (record, record, tune_then_load)
+    threads = [threading.Thread(target=f, args=(i,), daemon=True) for i, f in enumerate(workers)]
+    for t in threads:
+        t.start()
+    refused = switched = 0
+    started = time.monotonic()
+    deadline = time.monotonic() + RANDOM_LIMIT_S
+    while time.monotonic() < deadline:  # until n switches and n refusals (tune or load running)
+        time.sleep(rng.uniform(0.0, 0.05))
+        if switch(aitune_fast, not aitune_fast.is_aitune_patched()) is None:
+            switched += 1
+        else:
+            refused += 1
+        if min(switched, refused) >= int(n):
+            break
+    stop.set()
+    hung = []
+    for t in threads:
+        t.join(120)
+        if t.is_alive():
+            hung.append(t.name)
+    lost = {i: (len(m.graph_specs), len(recorded[i])) for i, m in enumerate(modules[:2]) if i in recorded}
+    return {
+        "errors": sorted(set(errors))[:10],
+        "n_errors": len(errors),
+        "hung": hung,
+        "switched": switched,
+        "refused": refused,
+        "seconds": round(time.monotonic() - started, 1),
+        "graphs_vs_ranks": {str(i): list(v) for i, v in lost.items()},
+        "keys": sorted({w for m in modules for w in key_worlds(m)}),
+        "patched": aitune_fast.is_aitune_patched(),
+        **stats,
+    }
+
+
+MODES = {
+    "in_flight": in_flight_mode,
+    "tune": tune_mode,
+    "load": load_mode,
+    "equality": equality_mode,
+    "interrupts": interrupts_mode,
+    "random": random_mode,
+}
+
+if __name__ == "__main__":
+    mode, workdir, *rest = sys.argv[1:]
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    report(MODES[mode], workdir, *rest)
