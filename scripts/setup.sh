@@ -33,6 +33,20 @@ if [ ! -f "$AITUNE_STAMP" ]; then
         requests huggingface_hub
     touch "$AITUNE_STAMP"
 fi
+# transformers and diffusers for the integration tests with real models (tests/integration/test_hf_models.py), at
+# the versions those tests were written against: transformers 4.57 is the last release whose models take the
+# `cache_position` by which AITune 0.6.0 tells an LLM's prefill from its decode (5.x dropped it), diffusers 0.39
+# the newest that installs beside it (later ones need huggingface_hub 1.x, transformers 4.57 one below 1.0).
+# torch pinned as above.
+HF_STAMP="$VENV/.hf-deps-v1"
+if [ ! -f "$HF_STAMP" ]; then
+    CONSTRAINTS="$VENV/.torch-constraint.txt"
+    if [ ! -f "$CONSTRAINTS" ]; then
+        "$PY" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > "$CONSTRAINTS"
+    fi
+    "$PY" -m pip install -q -c "$CONSTRAINTS" transformers==4.57.6 tokenizers==0.22.2 diffusers==0.39.0
+    touch "$HF_STAMP"
+fi
 # The release tools (scripts/release_tools.sh: maturin, zig, auditwheel, actionlint), kept in the cache folder and
 # made once; tests/packaging/test_packaging.py lints the release workflow with actionlint.
 . scripts/release_tools.sh
