@@ -25,6 +25,7 @@ store per object, so calls running in other threads finish on whichever path the
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import types
@@ -542,8 +543,9 @@ _describable: dict[tuple[type, type], Any] = {}  # (backend class, config class)
 
 
 def _describe(backend: Any) -> str:
-    """``backend.describe()``, kept by (backend class, config class, config field values) where that is all it
-    reads: the backend's ``describe`` is ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain
+    """``backend.describe()``, kept by (backend class, config class, config field values and their types: ``True``,
+    ``1`` and ``1.0`` are equal keys but print apart) where that is all it reads: the backend's ``describe`` is
+    ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain
     dataclass whose ``describe()`` is ``BackendConfig``'s (a fresh default instance compared field by field),
     with no ``__post_init__`` and field values of immutable types."""
     config = getattr(backend, "_config", None)
@@ -556,15 +558,23 @@ def _describe(backend: Any) -> str:
     if getter is None:
         return backend.describe()
     values = getter(config)
-    if not _IMMUTABLE.issuperset(map(type, values)):
+    value_types = tuple(map(type, values))
+    if not _IMMUTABLE.issuperset(value_types):
         return backend.describe()
-    key = (kind, values)
+    key = (kind, value_types, _signed_zeros(values) if float in value_types else values)
     description = _descriptions.get(key)
     if description is None:
         if len(_descriptions) >= _MAX_DESCRIPTIONS:
             _descriptions.clear()
         description = _descriptions[key] = backend.describe()
     return description
+
+
+def _signed_zeros(values: tuple) -> tuple:
+    """`values` with each float zero paired with its sign: ``0.0`` and ``-0.0`` are equal keys but print apart."""
+    return tuple(
+        (value, math.copysign(1.0, value)) if type(value) is float and not value else value for value in values
+    )
 
 
 def _field_getter(backend_cls: type, config_cls: type) -> Any:

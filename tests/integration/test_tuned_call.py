@@ -68,6 +68,16 @@ def test_transcript_covers_the_quirks(runs):
     assert stock["log"] == one_call  # the second call (scale=...) found no backend
     # the call from inside forward meets the module's own forward (swapped in for the call): no second range
     assert stock["reenter_log"] == one_call
+    assert [message.split("backend:")[1] for message in stock["config_values"]] == [
+        "TorchEagerBackend(autocast_enabled=True)",
+        "TorchEagerBackend(autocast_enabled=1)",
+        "TorchEagerBackend(autocast_enabled=1.0)",
+        "TorchEagerBackend(autocast_enabled=True)",
+        "TorchEagerBackend(scale=0.0)",
+        "TorchEagerBackend(scale=-0.0)",
+        "TorchEagerBackend(scale=0.0)",
+        "TorchEagerBackend(scale=False)",
+    ]
     assert stock["grad_on"][1:] == [False, True] and stock["grad_off"][1:] == [False, False]
     assert len(stock["reenter_seen"][0]["stack"]) == 3
 

@@ -155,10 +155,34 @@ def transcript(ait, torch, m, probe, x):
     LOG.clear()
     t["config_changed"] = [record(lambda: m(x)), list(LOG)]
     backend._config.autocast_dtype = None
+    t["config_values"] = config_values(m, x, backend)
     t["grad_on"] = [record(lambda: m(x).detach()), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     with torch.no_grad():
         t["grad_off"] = [record(lambda: m(x)), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     return t
+
+
+def config_values(m, x, backend):
+    """describe() for config values that are equal but print apart (True, 1, 1.0; 0.0, -0.0): each call's nvtx
+    range names the value it was given."""
+    import dataclasses
+
+    stock_config = backend._config
+    base = type(stock_config)
+    scaled = dataclasses.make_dataclass(
+        "ScaledConfig", [("scale", float, dataclasses.field(default=1.0))], bases=(base,)
+    )
+    logs = []
+    for config in [
+        *(base(autocast_enabled=value) for value in (True, 1, 1.0, True)),
+        *(scaled(scale=value) for value in (0.0, -0.0, 0.0, False)),
+    ]:
+        backend._config = config
+        LOG.clear()
+        record(lambda: m(x))
+        logs.append(LOG[0][1] if LOG else None)
+    backend._config = stock_config
+    return logs
 
 
 def threads(m, x, expected):
