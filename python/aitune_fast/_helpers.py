@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections import namedtuple
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -310,6 +311,13 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     if not shortcut:
         # the plain deep copy; tensors batched from `inputs` equal those batched from the copy
         out = copy.deepcopy(inputs, memo)
+    if not _copied_plainly(memo, torch):
+        # a user's copy hook ran and may have converted what the copy holds: batch what it holds (the stand-in,
+        # the original tensor, where the hook kept it), reading those locators on the copy too
+        batched_of = [
+            _batched_from_copy(locator, spec, out, tensor, result, batch_size)
+            for (locator, spec), result, tensor in zip(pairs, batched_of, read, strict=True)
+        ]
     for (locator, spec), result, tensor in zip(pairs, batched_of, read, strict=True):
         if result is None:
             if isinstance(tensor, torch.Tensor) and id(tensor) in memo:
@@ -318,6 +326,52 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
                 result = batch_tensor(locator.get_value(out), spec, batch_size)
         out = locator.set_value(out, result)
     return out
+
+
+def _batched_from_copy(locator: Any, spec: Any, out: Any, tensor: Any, result: Any, batch_size: int) -> Any:
+    """The batched tensor for `locator` from what the copy `out` holds there (`result`, batched from the original
+    `tensor`, where the copy holds that very tensor); None for a locator `make_batch` reads on the copy anyway."""
+    if result is None:
+        return None
+    held = locator.get_value(out)
+    return result if held is tensor else batch_tensor(held, spec, batch_size)
+
+
+_OBJECT_HOOKS = {name: getattr(object, name, None) for name in ("__reduce_ex__", "__reduce__", "__getstate__")}
+_NAMEDTUPLE_ARGS = namedtuple("_Probe", "a").__getnewargs__.__code__  # type: ignore[attr-defined]  # every namedtuple's __getnewargs__ runs it
+# where every class's copy hooks copy what the object holds as it is
+_TRUSTED_MODULES = frozenset(
+    ("builtins", "collections", "datetime", "decimal", "enum", "fractions", "numpy", "pathlib", "torch", "uuid")
+)
+_MAX_PLAIN_TYPES = 1024
+_plain_types: dict[type, bool] = {dict: True, list: True, tuple: True}  # type -> copied without a user's hook
+
+
+def _copied_plainly(memo: dict[int, Any], torch: Any) -> bool:
+    """Whether every object the deep copy behind `memo` copied was copied by code of Python's, torch's or a
+    class of the user's that defines no hook of its own (``__deepcopy__``, ``__reduce__``, ``__reduce_ex__``,
+    ``__getstate__``, ``__setstate__``, ``__getnewargs__``): then the copy holds at each locator a copy of what
+    `inputs` holds there, and a tensor batched from the original equals one batched from the copy."""
+    copied = dict.get(memo, id(memo), ())  # deepcopy keeps each object it copied alive under this key
+    return all(_plain_types.get(cls) or _is_plain_type(cls, torch) for cls in {type(obj) for obj in copied})
+
+
+def _is_plain_type(cls: type, torch: Any) -> bool:
+    if issubclass(cls, torch.Tensor):
+        plain = getattr(cls, "__deepcopy__", None) in (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
+    elif str(getattr(cls, "__module__", "")).partition(".")[0] in _TRUSTED_MODULES:
+        plain = True
+    else:
+        plain = (
+            not hasattr(cls, "__deepcopy__")
+            and not hasattr(cls, "__setstate__")
+            and not hasattr(cls, "__getnewargs_ex__")
+            and all(getattr(cls, name, None) is hook for name, hook in _OBJECT_HOOKS.items())
+            and getattr(getattr(cls, "__getnewargs__", None), "__code__", _NAMEDTUPLE_ARGS) is _NAMEDTUPLE_ARGS
+        )
+    if len(_plain_types) < _MAX_PLAIN_TYPES:
+        _plain_types[cls] = plain
+    return plain
 
 
 def update_max_batch_size(metadata: SampleMetadata, inputs: dict[str, Any], max_batch_size: int) -> None:

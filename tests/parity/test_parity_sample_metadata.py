@@ -952,6 +952,64 @@ def test_make_batch_through_registered_user_types(ref, fast, registry):
     assert_same_tree(results[1], results[0])
 
 
+class Converting:
+    """A registered user type whose deep copy keeps its tensor in float16 (and, trimmed, only its first row)."""
+
+    def __init__(self, tensor, trim=False):
+        self.t = tensor
+        self.trim = trim
+
+    def __deepcopy__(self, memo):
+        tensor = copy.deepcopy(self.t, memo).half()
+        return Converting(tensor[:1] if self.trim else tensor, self.trim)
+
+
+class Restoring:
+    """A registered user type whose pickle state (what deep copy goes through) comes back as float16."""
+
+    def __init__(self, tensor):
+        self.t = tensor
+
+    def __getstate__(self):
+        return {"t": self.t}
+
+    def __setstate__(self, state):
+        self.t = state["t"].half()
+
+
+@pytest.mark.parametrize("hook", ["deepcopy", "deepcopy_trim", "deepcopy_without_memo", "setstate"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_make_batch_batches_what_the_deep_copy_holds(ref, fast, registry, hook, shared):
+    """A user's copy hook that converts its tensor: the result is the batched converted tensor, as the reference
+    batches its copy (not the input's tensor); also with the tensor held a second time outside any locator.
+    update_max_batch_size learns from the same batched tensors."""
+    if hook == "setstate":
+        cls, make = registry.register(Restoring), Restoring
+    else:
+        cls = registry.register(Converting)
+        make = lambda tensor: Converting(tensor, trim=hook == "deepcopy_trim")  # noqa: E731
+    if hook == "deepcopy_without_memo":
+        cls_deepcopy = Converting.__deepcopy__
+        Converting.__deepcopy__ = lambda self, memo: Converting(self.t.half(), self.trim)  # type: ignore[method-assign]
+    try:
+        results, learned_specs = [], []
+        for impl in (ref, fast):
+            md = learned(impl, lambda bs: {"h": make(t((bs, 2)))})
+            tensor = t((3, 2))
+            inputs = {"h": make(tensor), "also": [tensor] if shared else []}
+            result = md.make_batch(inputs, 5)
+            assert isinstance(result["h"], cls) and inputs["h"].t is tensor
+            results.append(result["h"].t)
+            md.update_max_batch_size({"h": make(t((3, 2)))}, 7)
+            learned_specs.append([(spec.shape, spec.min_shape, spec.max_shape) for _, spec in md.tensor_data])
+    finally:
+        if hook == "deepcopy_without_memo":
+            Converting.__deepcopy__ = cls_deepcopy  # type: ignore[method-assign]
+    assert results[0].dtype == torch.float16
+    assert_same_tree(results[1], results[0])
+    assert learned_specs[1] == learned_specs[0]
+
+
 def test_make_batch_on_a_frozen_dataclass_raises_frozen_instance_error(ref, fast):
     def run(impl):
         md = from_inputs(impl, {"f": FrozenPoint(x=t((2,)))})
