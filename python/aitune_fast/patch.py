@@ -605,22 +605,29 @@ def _spec_as(cls: Any, spec: Any) -> Any:
     return cls(list(spec.shape), list(spec.min_shape), list(spec.max_shape), spec.dtype, list(spec._bs_multipliers))
 
 
-def _reference_locator(loc: Any) -> Any:
-    """AITune's ``Locator`` equal to our `loc`."""
-    reference = _state.reference
-    kind = reference["ObjectType"]
+def _reference_locator(loc: Any, steps_made: dict[tuple, tuple] | None = None) -> Any:
+    """AITune's ``Locator`` equal to our `loc`. With `steps_made` (path so far -> its last step), locators of one
+    metadata share the step tuple of each node their paths pass through, as AITune's walk makes them (a child's
+    path is its parent's plus one step): pickled together, they come out byte for byte as AITune's."""
+    kind = _state.reference["ObjectType"]
     steps, is_output = loc.__reduce__()[1]
-    return reference["Locator"](
-        tuple((accessor, kind(int(step_kind))) for accessor, step_kind in steps), bool(is_output)
-    )
+    path: tuple = ()
+    for accessor, step_kind in steps:
+        step = (accessor, kind(int(step_kind)))
+        if steps_made is not None:
+            step = steps_made.setdefault((*path, step), step)
+        path = (*path, step)
+    return _state.reference["Locator"](path, bool(is_output))
 
 
 def _reference_parts(md: Any) -> tuple[list, list, bool, Any]:
     """AITune objects equal to our `md`'s content: (tensor_data, other_data, strict, llm_phase)."""
     # __reduce__ gives fresh (Locator, TensorSpec) pairs without building md's Python view
     tensors, others, strict, phase = md.__reduce__()[1]
-    ref_tensors = [(_reference_locator(loc), _spec_as(_state.reference["TensorSpec"], spec)) for loc, spec in tensors]
-    ref_others = [(_reference_locator(loc), value) for loc, value in others]
+    spec_cls = _state.reference["TensorSpec"]
+    steps_made: dict[tuple, tuple] = {}
+    ref_tensors = [(_reference_locator(loc, steps_made), _spec_as(spec_cls, spec)) for loc, spec in tensors]
+    ref_others = [(_reference_locator(loc, steps_made), value) for loc, value in others]
     return ref_tensors, ref_others, bool(strict), phase
 
 
@@ -934,8 +941,8 @@ def reference_dict(md: Any) -> dict[str, Any]:
         raise RuntimeError("reference_dict() needs AITune's classes: call patch_aitune() after importing aitune")
     tensors, others, strict, phase = _reference_parts(md)
     return {
-        "tensor_data": _dumps(tensors),
-        "other_data": _dumps(others),
+        "tensor_data": _dumps(tuple(tensors)),  # stock pickles its tuples, at pickle's default protocol
+        "other_data": _dumps(tuple(others)),
         "strict": strict,
         "llm_phase": phase if phase else None,
     }
@@ -943,7 +950,7 @@ def reference_dict(md: Any) -> dict[str, Any]:
 
 def _dumps(value: Any) -> bytes:
     buffer = io.BytesIO()
-    _ReferencePickler(buffer, protocol=4).dump(value)
+    _ReferencePickler(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(value)
     return buffer.getvalue()
 
 

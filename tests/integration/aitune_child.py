@@ -973,10 +973,17 @@ def stock_pickles_under_patch(torch, aitune_fast) -> dict:
     stock = build(SampleMetadata, ExactSampleMetadata)
     blobs = {name: pickle.dumps(obj) for name, obj in stock.items()}
     blobs["torch_save"] = torch_saved(stock)
+    stock_dicts = {name: stock[name].to_dict() for name in ("md", "exact", "learned")}
     aitune_fast.patch_aitune()
     try:
         fresh = build(aitune_fast.SampleMetadata, aitune_fast.ExactSampleMetadata)
-        out = {}
+        # what a checkpoint saved under the patch holds for each key: byte for byte what stock writes
+        out = {"to_dict": {}}
+        for name, expected in stock_dicts.items():
+            written = aitune_fast.patch.reference_dict(fresh[name])
+            out["to_dict"][name] = [key for key in expected if written.get(key) != expected[key]] + sorted(
+                written.keys() - expected.keys()
+            )
         for name, blob in blobs.items():
             if name == "torch_save":
                 got = checked(lambda b: torch.load(io.BytesIO(b), weights_only=False), blob)

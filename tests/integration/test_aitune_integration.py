@@ -470,6 +470,14 @@ def test_stock_pickles_load_under_patch(edges_run, what):
     assert _ok(_ok(edges_run["stock_pickles"])[what]) == []
 
 
+@pytest.mark.parametrize("what", ["md", "exact", "learned"])
+def test_reference_dict_writes_what_stock_to_dict_writes(edges_run, what):
+    """A key of a checkpoint saved under the patch (`reference_dict`) is byte for byte what a stock AITune's
+    ``to_dict()`` writes for the equal metadata: the pickled pairs (tuples, pickle's default protocol), strict and
+    llm_phase. The list holds the keys that differ."""
+    assert _ok(edges_run["stock_pickles"])["to_dict"][what] == []
+
+
 def test_toggling_the_patch_never_fails_a_call_in_flight(edges_run):
     out = _ok(edges_run["toggles"])
     assert out["errors"] == 0, out["first_errors"]
