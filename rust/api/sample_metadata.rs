@@ -96,7 +96,7 @@ impl SampleMetadata {
         let Built {
             storage,
             cache_position: cp,
-        } = build(py, inputs, strict, bs, false, check_cp)?;
+        } = build(py, inputs, strict, &bs, false, check_cp)?;
         let phase = match cp {
             Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
             _ => None,
@@ -115,7 +115,7 @@ impl SampleMetadata {
     ) -> PyResult<SampleMetadata> {
         let strict = strict_flag(strict)?;
         let bs = resolve_batch_size(py, batch_size)?;
-        let Built { storage, .. } = build(py, output, strict, bs, true, false)?;
+        let Built { storage, .. } = build(py, output, strict, &bs, true, false)?;
         Ok(SampleMetadata::from_storage(storage, strict, None))
     }
 

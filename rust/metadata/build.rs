@@ -3,7 +3,7 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 
 use super::reuse;
 use super::storage::{Compact, Storage};
@@ -19,7 +19,8 @@ struct Builder {
     check_cache_position: bool,
     cache_position: Option<Py<PyAny>>,
     dtypes: DtypeMemo,
-    /// a tensor with symbolic sizes, or a dtype that is not a torch.dtype, was met
+    /// only Python specs can hold this metadata: a tensor with symbolic sizes or a dtype that is
+    /// not a torch.dtype was met, or the batch size is a number of another type
     symbolic: bool,
 }
 
@@ -87,12 +88,20 @@ pub struct Built {
     pub cache_position: Option<Py<PyAny>>,
 }
 
+/// The batch size the sizes are divided by. `size / batch_size` keeps the type of a batch size
+/// that is not a Python int or float (a numpy scalar, a 0-d tensor, a `Fraction`, a `Decimal`):
+/// such multipliers only Python specs hold.
+pub enum BatchSize {
+    Float(f64),
+    Number(Py<PyAny>),
+}
+
 /// Walk `obj` into a compact metadata.
 pub fn build(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     strict: bool,
-    batch_size: f64,
+    batch_size: &BatchSize,
     is_output: bool,
     check_cp: bool,
 ) -> PyResult<Built> {
@@ -107,9 +116,12 @@ pub fn build(
         check_cache_position: check_cp,
         cache_position: None,
         dtypes: DtypeMemo::default(),
-        symbolic: false,
+        // a batch size of another number type: the walk only looks for the cache position
+        symbolic: matches!(batch_size, BatchSize::Number(_)),
     };
-    b.c.batch_size = batch_size;
+    if let BatchSize::Float(value) = batch_size {
+        b.c.batch_size = *value;
+    }
     walk(py, obj, false, &mut arena, &mut b)?;
     if b.symbolic {
         return Ok(Built {
@@ -137,16 +149,20 @@ fn build_with_python_specs(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     strict: bool,
-    batch_size: f64,
+    batch_size: &BatchSize,
     is_output: bool,
 ) -> PyResult<Storage> {
     let it = interp(py)?;
+    let batch_size = match batch_size {
+        BatchSize::Float(value) => value.into_pyobject(py)?.into_any(),
+        BatchSize::Number(number) => number.bind(py).clone(),
+    };
     let mut tensors = Vec::new();
     let mut others = Vec::new();
     for pair in crate::walk::traversal::find_leaves(py, obj, false, is_output)?.iter() {
         let (loc, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
         if value.is_instance(it.tensor_type.bind(py))? {
-            let spec = it.reference_spec.bind(py).call1((&value, batch_size))?;
+            let spec = it.reference_spec.bind(py).call1((&value, &batch_size))?;
             tensors.push(PyTuple::new(py, [loc, spec])?);
         } else if strict {
             others.push(PyTuple::new(py, [loc, value])?);
@@ -167,21 +183,38 @@ pub fn strict_flag(strict: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
     }
 }
 
-/// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`, as a float.
-pub fn resolve_batch_size(py: Python<'_>, batch_size: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+/// Ints up to this size divide as floats exactly as Python divides them.
+const EXACT_FLOAT_INT: i64 = 1 << 53;
+
+/// `batch_size or global_context.get(BATCH_SIZE_KEY, nan)`: a float where dividing by it gives
+/// what Python gives (a float, a bool, an int up to 2**53), else the number itself.
+pub fn resolve_batch_size(
+    py: Python<'_>,
+    batch_size: Option<&Bound<'_, PyAny>>,
+) -> PyResult<BatchSize> {
     let chosen = match batch_size {
         Some(b) if b.is_truthy()? => Some(b.clone()),
         _ => context_batch_size(py)?,
     };
-    match chosen {
-        None => Ok(f64::NAN),
-        Some(v) => v.extract::<f64>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "batch size must be a number, got {}",
-                v.repr().map(|r| r.to_string()).unwrap_or_default()
-            ))
-        }),
+    let Some(v) = chosen else {
+        return Ok(BatchSize::Float(f64::NAN));
+    };
+    if v.is_exact_instance_of::<PyInt>() {
+        return Ok(match v.extract::<i64>() {
+            Ok(n) if n.abs() <= EXACT_FLOAT_INT => BatchSize::Float(n as f64),
+            _ => BatchSize::Number(v.unbind()),
+        });
     }
+    if v.is_exact_instance_of::<PyFloat>() || v.is_exact_instance_of::<PyBool>() {
+        return Ok(BatchSize::Float(v.extract()?));
+    }
+    if v.extract::<f64>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "batch size must be a number, got {}",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        )));
+    }
+    Ok(BatchSize::Number(v.unbind()))
 }
 
 pub fn phase_of(py: Python<'_>, cache_position: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use super::build::{build, Built};
+use super::build::{build, BatchSize, Built};
 use super::sample::SampleMetadata;
 
 /// Exact-shape metadata for bucketing recorded samples: equal only with the same locators,
@@ -35,7 +35,8 @@ impl ExactSampleMetadata {
     /// Describe `inputs` with exact shapes, recording every leaf.
     #[staticmethod]
     fn from_inputs(py: Python<'_>, inputs: &Bound<'_, PyAny>) -> PyResult<Py<ExactSampleMetadata>> {
-        let Built { storage, .. } = build(py, inputs, true, f64::NAN, false, false)?;
+        let Built { storage, .. } =
+            build(py, inputs, true, &BatchSize::Float(f64::NAN), false, false)?;
         Py::new(
             py,
             PyClassInitializer::from(SampleMetadata::from_storage(storage, true, None))

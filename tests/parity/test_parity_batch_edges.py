@@ -86,3 +86,51 @@ def test_tiny_batch_size_gives_the_reference_multiplier(ref, fast):
         got.append(outcome(spec.get_batch_axis_multipliers))
     assert got[1] == got[0]
     assert got[0] == ("ok", canon({0: int(2 / 1e-30)}))
+
+
+def _number_batch_sizes():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    import numpy as np
+
+    return [
+        np.int64(2),
+        np.float32(2.0),
+        np.float64(3.0),
+        torch.tensor(2),
+        torch.tensor(2.5),
+        Fraction(3, 2),
+        Decimal("2"),
+        Decimal("NaN"),
+        2**60 + 1,
+        2**80,
+    ]
+
+
+def _multipliers(md):
+    return [[(type(m).__name__, repr(m)) for m in spec._bs_multipliers] for _, spec in md.tensor_data]
+
+
+@pytest.mark.parametrize("from_context", [False, True], ids=["argument", "global_context"])
+@pytest.mark.parametrize("batch_size", _number_batch_sizes(), ids=repr)
+def test_batch_sizes_of_other_number_types_keep_their_type_in_the_multipliers(ref, fast, batch_size, from_context):
+    """`size / batch_size` as the reference divides: a numpy, tensor, Fraction or Decimal batch size (or an int
+    past 2**53) gives multipliers of the type that division gives, given as an argument or by AITune's global
+    context; what is built from them (batch axes, merged shapes, make_batch) agrees too."""
+    got = []
+    for impl in (ref, fast):
+        SM = impl.sample_metadata.SampleMetadata  # noqa: N806 - the class
+        context = impl.global_context.global_context
+        with context:  # the autouse fixture clears what is left
+            if from_context:
+                context.set(impl.global_context.BATCH_SIZE_KEY, batch_size)
+            given = {} if from_context else {"batch_size": batch_size}
+            md = SM.from_inputs({"x": torch.zeros(3, 2), "k": 1}, strict=True, **given)
+        multipliers = _multipliers(md)
+        learned_md = SM.from_inputs({"x": torch.zeros(2, 2)}, strict=True, batch_size=2)
+        other = SM.from_inputs({"x": torch.zeros(3, 2)}, strict=True, batch_size=batch_size)
+        merged = outcome(lambda md=learned_md, other=other: md.update_shapes_seen(other) or _multipliers(md))
+        axes = outcome(md.tensor_data[0][1].get_batch_axis_multipliers)
+        got.append((multipliers, merged, axes, md == SM.from_inputs({"x": torch.zeros(3, 2), "k": 1}, strict=True)))
+    assert got[1] == got[0]
