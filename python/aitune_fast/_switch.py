@@ -256,7 +256,8 @@ def _on_own_stack(codes: Codes) -> bool:
 
 @contextmanager
 def quiescent(entries: list[Entry], codes: Codes, what: str) -> Iterator[None]:
-    """Close the gates at `entries`, wait until no other thread runs `codes`, yield, open the gates."""
+    """Close the gates at `entries`, wait until no other thread runs `codes`, yield (the switch: its journal's edits
+    are committed when it returns and rolled back when it raises anything), open the gates."""
     if _on_own_stack(codes):
         raise SwitchRefused(
             f"aitune_fast.{what}() cannot run inside AITune's own calls (a tuned or recording module's forward, "
@@ -268,7 +269,12 @@ def quiescent(entries: list[Entry], codes: Codes, what: str) -> Iterator[None]:
         time.sleep(_ENTRY_GRACE_S)
         wait_for_calls(codes, what)
         JOURNAL.recording = True
-        yield
+        try:
+            yield
+        except BaseException:
+            JOURNAL.roll_back()
+            raise
+        JOURNAL.commit()
     finally:
         JOURNAL.recording = False
         GATES.open()

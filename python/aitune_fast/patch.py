@@ -179,16 +179,10 @@ def patch_aitune(call_path: bool = True) -> None:
             )
         _check_aitune_version()
         with _switch.quiescent(_entries(), _codes(), "patch_aitune"):
-            journal = _switch.JOURNAL
-            try:
-                if _state.active:  # a switch interrupted earlier left part of the patch: take it away first
-                    _unpatch_steps()
-                _patch_steps(call_path)
-                _settle("patch_aitune", to_ours=True)
-            except BaseException:
-                journal.roll_back()
-                raise
-            journal.commit()
+            if _state.active:  # a switch interrupted earlier left part of the patch: take it away first
+                _unpatch_steps()
+            _patch_steps(call_path)
+            _settle("patch_aitune", to_ours=True)
 
 
 def unpatch_aitune() -> None:
@@ -200,14 +194,8 @@ def unpatch_aitune() -> None:
         if not _state.active:
             return
         with _switch.quiescent(_entries(), _codes(), "unpatch_aitune"):
-            journal = _switch.JOURNAL
-            try:
-                _unpatch_steps()
-                _settle("unpatch_aitune", to_ours=False)
-            except BaseException:
-                journal.roll_back()
-                raise
-            journal.commit()
+            _unpatch_steps()
+            _settle("unpatch_aitune", to_ours=False)
 
 
 def _recover() -> None:
