@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import operator
 from collections import namedtuple
 from datetime import datetime
 from enum import Enum
@@ -68,10 +69,29 @@ def batch_tensor(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int)
     """Resize `tensor` along its batch axes to `batch_size` times each axis's multiplier.
 
     Larger axes are sliced; smaller ones take their first entry repeated. Works on the tensor's own
-    device; a tensor without batch axes is returned as it is.
+    device; a tensor without batch axes is returned as it is. `batch_size` must be an integer of at least 1
+    (see `check_batch_size`).
     """
+    check_batch_size(batch_size, "batch_size")
     result, _ = _batch(tensor, tensor_spec, batch_size)
     return result
+
+
+def check_batch_size(batch_size: Any, name: str) -> None:
+    """Refuse a batch size that is not an integer of at least 1, naming the argument.
+
+    Integers are what ``operator.index`` takes (``int``, numpy integers, a one-element integer tensor); the value
+    itself is used as given. The reference checks nothing: ``0`` or ``-1`` slice silently (``-1`` drops the last
+    row), and other types fail deep inside torch.
+    """
+    try:
+        value = operator.index(batch_size)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an integer (int or numpy integer), got {type(batch_size).__name__}: {batch_size!r}"
+        ) from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def _batch(tensor: torch.Tensor, tensor_spec: TensorSpec, batch_size: int) -> tuple[torch.Tensor, bool]:
@@ -290,6 +310,7 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     """
     import torch
 
+    check_batch_size(batch_size, "batch_size")
     pairs = list(metadata.tensor_data)
     # Each locator is read once and set once, as the reference does on its copy (user-type getters
     # may count or have side effects): a tensor with batch axes is read from `inputs` (to batch it
@@ -378,6 +399,7 @@ def update_max_batch_size(metadata: SampleMetadata, inputs: dict[str, Any], max_
     """`SampleMetadata.update_max_batch_size`: learn from `inputs` batched to `max_batch_size`."""
     from aitune_fast._core import SampleMetadata as _SampleMetadata
 
+    check_batch_size(max_batch_size, "max_batch_size")
     batched = metadata.make_batch(inputs, max_batch_size)
     metadata.update_shapes_seen(_SampleMetadata.from_inputs(batched, strict=True, batch_size=max_batch_size))
 

@@ -1,35 +1,39 @@
-"""Batch sizes and multipliers at the edges, side by side with the reference: `make_batch` with a NaN, infinite,
-zero, negative or non-integral batch size (single tensors, grouped ones, two batch axes), and
+"""Batch sizes and multipliers at the edges: `make_batch` with integral batch sizes side by side with the
+reference (single tensors, grouped ones, two batch axes); with a NaN, infinite, zero, negative or non-integral one
+aitune_fast refuses what the reference slices silently (a documented departure); and
 `get_batch_axis_multipliers` of multipliers past 64 bits (the reference's `int()` is exact)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from parity import canon, outcome
 
-EDGE_BATCH_SIZES = [
-    float("nan"),
-    float("inf"),
-    float("-inf"),
-    0,
-    0.0,
-    -0.0,
-    -1,
-    -3,
-    -1.0,
-    -0.5,
-    0.5,
-    1.5,
-    2.5,
-    1.0,
-    2.0,
-    3.0,
-    1e30,
-    1,
-    3,
-    True,
-]
+# integers of at least 1, of the types the reference takes: batched side by side with it
+GOOD_BATCH_SIZES = [1, 3, True, np.int64(2), torch.tensor(3)]
+# refused with a ValueError (integers below 1) or a TypeError (anything else), where the reference slices silently
+# or fails inside torch
+BAD_BATCH_SIZES = {
+    ValueError: [0, -1, -3, np.int32(0)],
+    TypeError: [
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        0.0,
+        -0.0,
+        -1.0,
+        -0.5,
+        0.5,
+        1.5,
+        2.5,
+        1.0,
+        2.0,
+        1e30,
+        "2",
+        None,
+    ],
+}
 
 
 def learned(impl, build):
@@ -53,17 +57,34 @@ def two_axes(bs):
 
 
 @pytest.mark.parametrize("build", [one, grouped, two_axes], ids=["one", "grouped", "two_axes"])
-@pytest.mark.parametrize("batch_size", EDGE_BATCH_SIZES, ids=repr)
-def test_make_batch_odd_batch_sizes_match_the_reference(ref, fast, build, batch_size):
+@pytest.mark.parametrize("batch_size", GOOD_BATCH_SIZES, ids=repr)
+def test_make_batch_integral_batch_sizes_match_the_reference(ref, fast, build, batch_size):
     got = [outcome(lambda impl=impl: learned(impl, build).make_batch(build(2), batch_size)) for impl in (ref, fast)]
     assert got[1] == got[0]
 
 
-def test_make_batch_nan_returns_the_tensors_as_they_are(fast):
-    inputs = one(2)
-    out = learned(fast, one).make_batch(inputs, float("nan"))
-    assert torch.equal(out["x"], inputs["x"])
-    assert out["x"] is not inputs["x"]  # a copy, as the reference's deep copy
+BAD_CASES = [(error, size) for error, sizes in BAD_BATCH_SIZES.items() for size in sizes]
+
+
+@pytest.mark.parametrize("build", [one, grouped, two_axes], ids=["one", "grouped", "two_axes"])
+@pytest.mark.parametrize(("error", "batch_size"), BAD_CASES, ids=[repr(size) for _, size in BAD_CASES])
+def test_make_batch_refuses_batch_sizes_that_are_not_positive_integers(fast, build, error, batch_size):
+    md = learned(fast, build)
+    inputs = build(2)
+    with pytest.raises(error, match=r"^batch_size must be (at least 1, got|an integer \(int or numpy integer\), got)"):
+        md.make_batch(inputs, batch_size)
+    with pytest.raises(error, match=r"^max_batch_size must be"):
+        md.update_max_batch_size(inputs, batch_size)
+    spec = md.tensor_data[0][1]
+    with pytest.raises(error, match=r"^batch_size must be"):
+        fast.sample_metadata.batch_tensor(torch.ones(2, 2), spec, batch_size)
+
+
+def test_batch_tensor_checks_the_batch_size_even_without_batch_axes(fast):
+    spec = fast.sample_metadata.SampleMetadata.from_inputs(one(2), strict=True, batch_size=2).tensor_data[0][1]
+    assert not spec.get_batch_axis_multipliers()
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got -1"):
+        fast.sample_metadata.batch_tensor(torch.ones(2, 2), spec, -1)
 
 
 @pytest.mark.parametrize("multiplier", [1e30, -1e30, 2.0**63, -(2.0**63), 2.0**63 - 1024, 1.5e308, 2**70 + 1, -(2**64)])
