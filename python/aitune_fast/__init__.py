@@ -5,7 +5,8 @@ Change ``from aitune.torch.module.sample_metadata import SampleMetadata`` to
 """
 
 import platform
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, TypedDict
 
 import torch
 
@@ -22,7 +23,22 @@ from aitune_fast.patch import is_aitune_patched, patch_aitune, unpatch_aitune
 _core.tensor_reader()
 
 
-def runtime_info() -> dict[str, Any]:
+class RuntimeInfo(TypedDict):
+    """What `runtime_info()` returns."""
+
+    version: str
+    """aitune_fast's version."""
+    tensor_reader: Literal["dlpack", "stable_abi", "python"]
+    """The tensor reader in use."""
+    tensor_readers_available: list[str]
+    """The readers this process could use, fastest first (``"python"`` always)."""
+    torch: str | None
+    """torch's version."""
+    python: str
+    """The Python version."""
+
+
+def runtime_info() -> RuntimeInfo:
     """What runs here: ``version``, ``tensor_reader`` (``"dlpack"``: torch's DLPack C exchange API;
     ``"stable_abi"``: torch's stable C ABI, only when forced; ``"python"``: the slower attribute path),
     ``tensor_readers_available``, ``torch`` and ``python``.
@@ -38,7 +54,11 @@ def runtime_info() -> dict[str, Any]:
     }
 
 
-def safe_globals() -> list[type]:
+# what torch.serialization.add_safe_globals and safe_globals take (a list is invariant: the same element type)
+_SafeGlobal = Callable[..., Any] | tuple[Callable[..., Any], str]
+
+
+def safe_globals() -> list[_SafeGlobal]:
     """The classes a saved metadata pickles, for ``torch.load(..., weights_only=True)``.
 
     ``torch.load`` with ``weights_only=True`` (torch's default since 2.6) rebuilds only types it was told are safe.
@@ -60,6 +80,7 @@ __all__ = [
     "InfoLevel",
     "Locator",
     "ObjectType",
+    "RuntimeInfo",
     "SampleMetadata",
     "TensorSpec",
     "batch_tensor",

@@ -69,9 +69,11 @@ _Accessor = int | str | Any
 
 @disjoint_base
 class Locator:
-    """A path to one leaf of a nested argument: ``((accessor, ObjectType), ...)`` steps.
+    """A path into a nested structure of arguments or outputs.
 
-    Equal (and hashing alike) when the steps are equal; `is_output` only changes `display_path`.
+    Built from `((accessor, ObjectType), ...)` steps; equal when the steps are equal (whether the
+    locator points into outputs does not matter for equality, only for `display_path`).
+
     Immutable.
     """
 
@@ -85,49 +87,71 @@ class Locator:
         the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @property
     def depth(self) -> int:
-        """Number of steps."""
+        """Number of steps in the path."""
     @property
     def leaf_name(self) -> _Accessor:
-        """The last step's accessor (IndexError for the empty path)."""
+        """The last step's accessor.
+
+        Raises IndexError for the empty path.
+        """
     @property
     def root_name(self) -> _Accessor:
-        """The first step's accessor, or ``""`` for the empty path."""
+        """The first step's accessor, or `""` for the empty path."""
     @property
     def path(self) -> _Accessor | tuple[_Accessor, ...]:
-        """The accessors without container types; a one-step path is returned bare."""
+        """The accessors without their container types, e.g. `("inputs", "tokens", 0)`; one step alone is bare."""
     @property
     def display_path(self) -> str:
-        """The path as Python code: ``x``, ``kwargs["k"][0]``, ``cache.layers[3].keys``, ``output[1]``."""
+        """The path rendered like Python code: `x`, `kwargs["k"][0]`, `cache.layers[3].keys`, `output[1]`."""
     def accessor_at(self, index: int) -> _Accessor:
-        """The accessor of step `index` (negative counts from the end)."""
+        """The accessor of step `index` (negative indexes count from the end)."""
     def path_iter(self) -> Iterator[tuple[_Accessor, ObjectType]]:
-        """The `(accessor, ObjectType)` steps."""
+        """Iterate over `(accessor, ObjectType)` steps."""
     def get_value(self, obj: Any) -> Any:
-        """The value at this path inside `obj` (KeyError/IndexError/AttributeError saying which step failed)."""
+        """The value this locator points to inside `obj`.
+
+        A step that is missing raises KeyError, IndexError or AttributeError saying which step failed.
+        """
     def set_value(self, obj: Any, value: Any) -> Any:
-        """Put `value` at this path inside `obj`; tuples on the way are rebuilt. Returns the new root."""
+        """Put `value` at this locator inside `obj` and return the (possibly new) root.
+
+        Containers are changed in place; tuples cannot be, so each tuple on the way is rebuilt
+        and put back into its parent, up to the root if needed.
+        """
     @staticmethod
     def find_leaves(obj: Any, only_tensors: bool = False, is_output: bool = False) -> Iterator[tuple[Locator, Any]]:
-        """Walk `obj` (dicts, UserDicts, lists, tuples, dataclasses, registered user types) and
-        yield `(Locator, leaf)` pairs. Raises ValueError on a cyclic argument."""
+        """Walk `obj` and return an iterator of `(Locator, leaf)` pairs, in the reference's order.
+
+        Walks dicts, UserDicts, lists, tuples, dataclasses and registered user types; raises ValueError on a
+        cyclic argument.
+        """
     @staticmethod
     def register_user_type(cls: type, only_tensors: bool = False) -> None:
-        """Walk instances of `cls` over their public data attributes (class and instance).
-        With `only_tensors`, only tensors are collected inside them."""
+        """Walk instances of `cls` like dataclasses, over their public data attributes.
+        With `only_tensors=True` only tensors are collected inside them.
+        """
     @staticmethod
-    def unregister_user_type(cls: type) -> None: ...
+    def unregister_user_type(cls: type) -> None:
+        """Undo `register_user_type(cls)`: instances of `cls` are leaves again."""
     @staticmethod
     def ignore_type(cls: type) -> None:
-        """Neither walk nor report instances of exactly `cls`."""
+        """Skip instances of `cls` entirely: neither walked nor reported as leaves."""
     @staticmethod
-    def unignore_type(cls: type) -> None: ...
+    def unignore_type(cls: type) -> None:
+        """Undo `ignore_type(cls)`: instances of `cls` are walked or reported again."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
 @disjoint_base
 class TensorSpec:
-    """Shape, dtype and learned axes of one tensor. The fields are plain lists: changing them
-    changes what the spec (and any metadata holding it) reports. Equal when the ranks are equal."""
+    """Metadata of one tensor: its shape (ints, or `batchN`/`dimN` for axes learned to vary), the
+    smallest and largest sizes seen on each axis, its dtype, and each axis's size divided by the
+    batch size it was recorded at.
+
+    Two specs are equal when they have the same rank: sizes may differ on dynamic axes.
+
+    The fields are plain lists: changing them changes what the spec (and any metadata holding it) reports.
+    """
 
     shape: list[int | str]
     min_shape: list[int]
@@ -158,34 +182,47 @@ class TensorSpec:
         the state the stock class pickles, once; bad states raise TypeError/ValueError."""
     @staticmethod
     def from_tensor(tensor: torch.Tensor, batch_size: float) -> TensorSpec:
-        """The spec of `tensor`; multipliers are sizes divided by `batch_size` (NaN when unknown)."""
+        """The spec of `tensor`, with multipliers relative to `batch_size` (NaN when unknown)."""
     def describe(self, info_level: InfoLevel | None = None) -> str:
         """Shape (SHORT), plus dtype (MEDIUM), plus min/max shapes (FULL, the default; also for None). Any enum
         member named SHORT, MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError."""
     def update_shapes_seen(self, other: TensorSpec) -> None:
-        """Learn from another sample: changed axes become ``batchN`` (same integer multiplier of
-        the batch size) or ``dimN``. ValueError when the ranks differ."""
-    def get_batch_axis_multipliers(self) -> dict[int, int]: ...
-    def get_max_batch_size(self) -> int: ...
-    def get_min_batch_size(self) -> int | None: ...
-    def has_batch_axis(self) -> bool: ...
-    def has_dynamic_axis(self) -> bool: ...
+        """Learn from `other`, a later sample of the same tensor (see the class docs).
+
+        Changed axes become ``batchN`` (the same integer multiple of the batch size in both samples) or
+        ``dimN``. Raises ValueError when the ranks differ.
+        """
+    def get_batch_axis_multipliers(self) -> dict[int, int]:
+        """`{axis: multiplier}` for every batch axis."""
+    def get_max_batch_size(self) -> int:
+        """The largest size seen on any batch axis (1 when there is none)."""
+    def get_min_batch_size(self) -> int | None:
+        """The smallest size seen on any batch axis, or None when there is none."""
+    def has_batch_axis(self) -> bool:
+        """Whether an axis was learned to be a batch axis (``batchN``)."""
+    def has_dynamic_axis(self) -> bool:
+        """Whether an axis was learned to vary apart from the batch size (``dimN``)."""
     def matches(self, other: TensorSpec) -> bool:
-        """Same rank and equal sizes wherever both hold a concrete size."""
-    def to_dict(self) -> dict[str, Any]: ...
+        """Same rank, and equal sizes wherever both specs hold a concrete size."""
+    def to_dict(self) -> dict[str, Any]:
+        """The reference's dict: ``type`` (``"TensorSpec"``) and the five fields."""
     @staticmethod
     def from_dict(data: dict[str, Any]) -> TensorSpec:
-        """Inverse of `to_dict` (removes the ``"type"`` key from `data`, like the reference)."""
+        """Build a spec from `to_dict()` output. Like the reference, removes the `"type"` key from `data`."""
     @staticmethod
-    def is_int(value: float) -> bool: ...
+    def is_int(value: float) -> bool:
+        """Whether `value` is a whole number (by value, not by type); NaN is not."""
 
 @disjoint_base
 class SampleMetadata:
-    """The description of a call's inputs or outputs that selects a compiled backend.
+    """Metadata of the inputs (args and kwargs) or outputs of a call: every tensor's spec at its
+    locator, and, in strict mode, every other leaf value.
 
-    Tensors are recorded by locator and spec; in strict mode other leaves by value. Equality (and
-    hash) compare locators, tensor ranks and other values, ignoring dict key order; an LLM phase
-    detected from ``cache_position`` replaces all of that. Build with `from_inputs`/`from_outputs`.
+    Equal metadata selects the same compiled backend: tensors compare by rank, other values by
+    equality, dict key order does not matter. When an LLM phase (`"prefill"`/`"decode"`, from the
+    `cache_position` argument) is known, it alone decides equality and hash.
+
+    Build with `from_inputs`/`from_outputs`.
     """
 
     @overload
@@ -208,37 +245,65 @@ class SampleMetadata:
     def from_inputs(
         inputs: dict[str, Any], strict: bool | None = None, batch_size: int | None = None
     ) -> SampleMetadata:
-        """Describe forward inputs keyed by parameter name; `batch_size` defaults to global_context's."""
+        """Describe `inputs` (forward arguments keyed by parameter name). In strict mode non-tensor
+        leaves are recorded too. `batch_size` defaults to the one in `global_context`.
+        """
     @staticmethod
-    def from_outputs(output: Any, strict: bool | None = None, batch_size: int | None = None) -> SampleMetadata: ...
+    def from_outputs(output: Any, strict: bool | None = None, batch_size: int | None = None) -> SampleMetadata:
+        """Describe the outputs of a call; locators render as `output...`."""
     @staticmethod
     def from_dict(data: dict[str, Any]) -> SampleMetadata:
-        """Inverse of `to_dict`, of the class that wrote it (an `ExactSampleMetadata`'s dict gives one back,
-        whichever class this is called on); also reads dicts written by the reference, without running pickle (a
-        `SampleMetadata`, as the reference's `from_dict` returns)."""
+        """Rebuild metadata from `to_dict()` output (of the class that wrote it, as `from_json`), or
+        from a dict written by the reference (its pickled data is read by a restricted reader that
+        runs nothing; a `SampleMetadata`, as the reference's `from_dict` returns).
+        """
     def to_dict(self) -> dict[str, Any]:
-        """The reference's keys with aitune_fast's versioned, pickle-free encoding (naming the class when it is an
-        `ExactSampleMetadata`)."""
+        """A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
+        whose data uses aitune_fast's versioned encoding: no pickle.
+
+        An `ExactSampleMetadata`'s dict names its class.
+        """
     def to_json_dict(self) -> dict[str, Any]:
-        """A dict for `json.dumps`, identical to the reference's."""
+        """A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
+
+        Identical to the reference's `to_json_dict()`.
+        """
     def to_json(self) -> str:
-        """JSON text: `to_json_dict()`'s content plus what `from_json` needs for an exact round trip, and the class
-        when it is an `ExactSampleMetadata`."""
+        """The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
+        needs (see `from_json`), and for an `ExactSampleMetadata` its class.
+        """
     @staticmethod
     def from_json(text: str) -> SampleMetadata:
-        """Inverse of `to_json`: a `SampleMetadata` or, where the document says so, an `ExactSampleMetadata`."""
+        """Rebuild metadata from `to_json()` text: a `SampleMetadata`, or an `ExactSampleMetadata`
+        where the document says it was one (whichever class this is called on).
+        """
     def describe(self, info_level: InfoLevel | None = None) -> str:
-        """Tensor paths (SHORT) or tables (MEDIUM, FULL: the default; also for None). Any enum member named SHORT,
-        MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError (the reference renders
-        nothing)."""
-    def detected_dynamic_axis(self) -> bool: ...
-    def has_batch_axis(self) -> bool: ...
+        """A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
+
+        SHORT lists the tensor paths, MEDIUM and FULL (the default; also for None) render tables. Any enum member
+        named SHORT, MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError (the
+        reference renders nothing).
+        """
+    def detected_dynamic_axis(self) -> bool:
+        """Whether any tensor has a dynamic or batch axis."""
+    def has_batch_axis(self) -> bool:
+        """Whether every tensor has a batch axis (true when there are no tensors)."""
     def update_shapes_seen(self, other: SampleMetadata) -> None:
-        """Learn dynamic and batch axes from a later sample; ValueError when the tensors differ."""
+        """Learn dynamic and batch axes from `other`, a later sample with the same tensors.
+        Raises `ValueError` (showing both) when the tensors differ in locators or ranks.
+        """
     def make_batch(self, inputs: dict[str, Any], batch_size: int) -> dict[str, Any]:
-        """A copy of `inputs` with tensors sliced/repeated along batch axes; the input is untouched
-        and the result shares no memory with it."""
-    def update_max_batch_size(self, inputs: dict[str, Any], max_batch_size: int) -> None: ...
+        """Copies of `inputs` with every tensor sliced or repeated along its batch axes to `batch_size`.
+        The input is left untouched and the result shares no memory with it.
+
+        `batch_size` must be an integer of at least 1 (TypeError/ValueError otherwise; the reference slices
+        silently).
+        """
+    def update_max_batch_size(self, inputs: dict[str, Any], max_batch_size: int) -> None:
+        """Learn the batch axes' largest sizes from `inputs` batched to `max_batch_size`.
+
+        `max_batch_size` must be an integer of at least 1, as `make_batch`'s `batch_size`.
+        """
     def _describe_rows(self, full: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """The MEDIUM (or, with `full`, FULL) tables' rows, ``(tensor_rows, other_rows)``; for `describe`."""
     def _batch_reads(
@@ -247,24 +312,31 @@ class SampleMetadata:
         """``(indices, values, axes)`` of the `pairs` whose spec has batch axes: the pair's index, the value read
         from `inputs` at its locator and its ``(axis, multiplier)`` pairs; for `make_batch`."""
     @property
-    def llm_phase(self) -> Literal["prefill", "decode", ""]: ...
+    def llm_phase(self) -> Literal["prefill", "decode", ""]:
+        """`"prefill"`, `"decode"`, or `""` when no LLM phase was detected."""
     @property
-    def strict(self) -> bool: ...
+    def strict(self) -> bool:
+        """Whether non-tensor leaves were recorded."""
     @property
     def tensor_data(self) -> tuple[tuple[Locator, TensorSpec], ...]:
-        """The tensors' locators and specs; the specs are live (see TensorSpec)."""
+        """`((Locator, TensorSpec), ...)`. The specs are live: changing them changes this metadata."""
     @property
-    def other_data(self) -> tuple[tuple[Locator, Any], ...]: ...
+    def other_data(self) -> tuple[tuple[Locator, Any], ...]:
+        """`((Locator, value), ...)` for the non-tensor leaves (strict mode)."""
     @property
-    def tensor_specs(self) -> list[TensorSpec]: ...
+    def tensor_specs(self) -> list[TensorSpec]:
+        """The tensor specs, in order."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
     def __copy__(self) -> Self:
         """A new metadata of the same class sharing this one's `(Locator, TensorSpec)` pairs (`copy.copy`)."""
 
 class ExactSampleMetadata(SampleMetadata):
-    """Equal only with the same locators, exact shapes and other values; never equal to a plain
-    SampleMetadata. For bucketing recorded samples."""
+    """Exact-shape metadata for bucketing recorded samples: equal only with the same locators,
+    the same exact shapes (dtype ignored) and the same other values; never equal to a plain
+    `SampleMetadata`.
+    """
 
     @staticmethod
-    def from_inputs(inputs: dict[str, Any]) -> ExactSampleMetadata: ...  # type: ignore[override]
+    def from_inputs(inputs: dict[str, Any]) -> ExactSampleMetadata:  # type: ignore[override]
+        """Describe `inputs` with exact shapes, recording every leaf."""

@@ -16,7 +16,8 @@ use super::storage::{py_view, Compact, Level, Storage, View};
 #[pyclass(
     module = "aitune_fast.sample_metadata",
     name = "SampleMetadata",
-    subclass
+    subclass,
+    weakref
 )]
 pub struct SampleMetadata {
     pub storage: Storage,

@@ -16,7 +16,13 @@ use super::shared::SharedArena;
 ///
 /// Built from `((accessor, ObjectType), ...)` steps; equal when the steps are equal (whether the
 /// locator points into outputs does not matter for equality, only for `display_path`).
-#[pyclass(module = "aitune_fast.locator", name = "Locator", frozen, subclass)]
+#[pyclass(
+    module = "aitune_fast.locator",
+    name = "Locator",
+    frozen,
+    subclass,
+    weakref
+)]
 pub struct Locator {
     /// Empty only in a blank locator (`Locator.__new__(Locator)`, as unpickling a stock AITune
     /// `Locator` makes one), which reads as the empty path until `__setstate__` sets it, once.

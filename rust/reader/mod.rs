@@ -325,13 +325,15 @@ pub fn prefetch(ptr: *const u8) {
     let _ = ptr;
 }
 
-/// The public face: `_core.tensor_reader()`.
+/// The tensor reader in use, chosen on first call from ``AITUNE_FAST_TENSOR_READER`` (``auto``,
+/// ``dlpack``, ``stable_abi``, ``python``): RuntimeError when the one named is unavailable, saying why;
+/// ValueError for an unknown name.
 #[pyfunction]
 pub fn tensor_reader(py: Python<'_>) -> PyResult<&'static str> {
     Ok(kind(py)?.name())
 }
 
-/// `_core.tensor_readers_available()`.
+/// The readers this process could use, fastest first (``"python"`` always).
 #[pyfunction]
 pub fn tensor_readers_available(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     available(py)

@@ -85,7 +85,12 @@ impl<'py> IntoPyObject<'py> for &Multiplier {
 /// batch size it was recorded at.
 ///
 /// Two specs are equal when they have the same rank: sizes may differ on dynamic axes.
-#[pyclass(module = "aitune_fast.tensor_spec", name = "TensorSpec", subclass)]
+#[pyclass(
+    module = "aitune_fast.tensor_spec",
+    name = "TensorSpec",
+    subclass,
+    weakref
+)]
 pub struct TensorSpec {
     #[pyo3(get)]
     pub shape: Py<PyAny>,
