@@ -48,6 +48,7 @@ def test_a_new_call_waits_at_the_gate_and_then_runs_what_the_switch_put_in_place
         thread.join(0.3)
         assert thread.is_alive() and "value" not in box  # held at the gate
         put(Metadata, "call", ours)  # the switch replaces the method behind the gate
+        assert vars(Metadata)["call"].__qualname__.startswith("aitune_fast gate of")  # the gate stays up
         GATES.open()
     thread.join(5)
     assert box["value"] == "ours 1" and vars(Metadata)["call"] is ours

@@ -3,6 +3,7 @@ entry points a switch gates, the code it waits for or refuses beside, and the re
 
 from __future__ import annotations
 
+PACKAGE = "aitune"  # AITune's distribution and top-level package
 # AITune's modules the integration reads or installs into
 GLOBAL_CONTEXT = "aitune.global_context"
 CONFIG = "aitune.torch.config"
@@ -70,4 +71,4 @@ SUPPORTED_TEXT = "aitune>=0.6.0,<0.7.0"
 
 def is_aitune(name: str) -> bool:
     """Whether `name` is the name of an AITune module."""
-    return name == "aitune" or name.startswith("aitune.")
+    return name == PACKAGE or name.startswith(PACKAGE + ".")

@@ -46,7 +46,7 @@ def patch_aitune(call_path: bool = True) -> None:
         if state().active and state().complete:
             set_call_path(call_path)  # the call path switch (issue 20)
             return
-        if "aitune" not in sys.modules and importlib.util.find_spec("aitune") is None:
+        if _names.PACKAGE not in sys.modules and importlib.util.find_spec(_names.PACKAGE) is None:
             raise ImportError(
                 "aitune_fast.patch_aitune() needs AITune installed (`pip install aitune`), the package it patches"
             )
@@ -174,9 +174,9 @@ def check_aitune_version() -> None:
     """Refuse an AITune the patch was not made for (other releases differ in the API the patch relies on)."""
     version: Any
     try:
-        version = importlib.metadata.version("aitune")
+        version = importlib.metadata.version(_names.PACKAGE)
     except importlib.metadata.PackageNotFoundError:
-        version = getattr(sys.modules.get("aitune"), "__version__", None)
+        version = getattr(sys.modules.get(_names.PACKAGE), "__version__", None)
     release = _release(version)
     low, high = _names.SUPPORTED
     if release is None or not low <= release < high:
