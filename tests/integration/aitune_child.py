@@ -38,6 +38,13 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 N_LAYERS = 24
 
 
+def patch_state():
+    """The patch's state now (what it learnt of AITune, ``reference``): ``aitune_fast.patch._state.state()``."""
+    from aitune_fast.patch._state import state
+
+    return state()
+
+
 def models():
     import torch
 
@@ -621,7 +628,7 @@ def autowrapt_mode(workdir):
     return {
         "patched": aitune_fast.is_aitune_patched(),
         "swapped": sm.SampleMetadata is aitune_fast.SampleMetadata,
-        "reference_left": leftovers(aitune_fast.patch._state.reference.values()),
+        "reference_left": leftovers(patch_state().reference.values()),
     }
 
 
@@ -652,7 +659,7 @@ def early_mode(workdir):
     ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
     key = next(iter(m.module.backends))
     return {
-        "reference_left": leftovers(aitune_fast.patch._state.reference.values()),
+        "reference_left": leftovers(patch_state().reference.values()),
         "reference_classes_defined": sorted(defined),
         "late_module_is_new": ku is not before,
         "late_module_swapped": ku.SampleMetadata is aitune_fast.SampleMetadata

@@ -38,9 +38,9 @@ def setup():
     import aitune.torch as ait
     import aitune_fast
     import torch
-    from aitune_fast import _switch
+    from aitune_fast.patch import _quiescence
 
-    return ait, torch, aitune_fast, _switch
+    return ait, torch, aitune_fast, _quiescence
 
 
 class Gate:
@@ -125,8 +125,8 @@ def in_thread(fn, *args):
 
 
 def in_flight_mode(workdir, start, hold, limit):
-    ait, torch, aitune_fast, _switch = setup()
-    _switch.CALLS_IN_FLIGHT_LIMIT_S = float(limit)
+    ait, torch, aitune_fast, quiescence = setup()
+    quiescence.CALLS_IN_FLIGHT_LIMIT_S = float(limit)
     if start == "patched":
         aitune_fast.patch_aitune()
     gate = Gate()
@@ -193,7 +193,7 @@ def calls_ok(torch, m, model, xs) -> list[str]:
 
 
 def tune_mode(workdir):
-    ait, torch, aitune_fast, _switch = setup()
+    ait, torch, aitune_fast, quiescence = setup()
     m, model, xs = two_graph_module(ait, torch)
     gate = Gate()
     strategy = m._self_strategies if hasattr(m, "_self_strategies") else None
@@ -235,7 +235,7 @@ def tune_mode(workdir):
 
 
 def load_mode(workdir):
-    ait, torch, aitune_fast, _switch = setup()
+    ait, torch, aitune_fast, quiescence = setup()
     from aitune.torch.backend import TorchEagerBackend
     from aitune.torch.module.tuned_module import TunedModule
 
@@ -284,7 +284,7 @@ def load_mode(workdir):
 
 
 def equality_mode(workdir):
-    ait, torch, aitune_fast, _switch = setup()
+    ait, torch, aitune_fast, quiescence = setup()
     from aitune.torch.module.exact_sample_metadata import ExactSampleMetadata
     from aitune.torch.module.locator import Locator, ObjectType
     from aitune.torch.module.sample_metadata import SampleMetadata
@@ -325,8 +325,7 @@ def equality_mode(workdir):
 
 # ---------------------------------------------------------------------------------------------- interrupts
 
-TRACED = ("patch.py", "_switch.py", "_tuned_call.py")
-UNTRACED = {"_conversion_plan", "_swap_live_forwards"}  # scans of every live object: planning only, or one
+UNTRACED = {"conversion_plan", "_swap_live_forwards"}  # scans of every live object: planning only, or one
 # attribute store per object that the switch redoes whole
 
 
@@ -334,13 +333,16 @@ class Injector:
     """A tracer that raises KeyboardInterrupt at given line events of the switch's own code (on this thread)."""
 
     def __init__(self, at: set[int]) -> None:
+        import aitune_fast.patch
+
+        self.traced = os.path.dirname(aitune_fast.patch.__file__) + os.sep  # the integration's own code
         self.at = at
         self.count = 0
         self.sites: list[tuple[str, int]] = []
 
     def __call__(self, frame, event, arg):
         code = frame.f_code
-        if code.co_name in UNTRACED or not code.co_filename.endswith(TRACED) or "aitune_fast" not in code.co_filename:
+        if code.co_name in UNTRACED or not code.co_filename.startswith(self.traced):
             return None
         return self.local
 
@@ -367,7 +369,7 @@ def traced(fn, at: set[int]) -> tuple[Injector, bool]:
 
 
 def interrupts_mode(workdir, seed, n):
-    ait, torch, aitune_fast, _switch = setup()
+    ait, torch, aitune_fast, quiescence = setup()
     rng = random.Random(int(seed))
     tuned, model, xs = two_graph_module(ait, torch)
     tuned.tune(device="cpu")
@@ -419,7 +421,7 @@ def interrupts_mode(workdir, seed, n):
             do()  # the second call finishes (or undoes) and switches
             if world() != target or aitune_fast.is_aitune_patched() != to_patched:
                 problems.append(f"{site}: after the second call: world {world()}, patched {claims}")
-            if _switch.JOURNAL.edits or _switch.GATES.standing:
+            if quiescence.JOURNAL.edits or quiescence.GATES.standing:
                 problems.append(f"{site}: journal or gates left after the second call")
             for m, mdl, x in modules[:1]:
                 problems += [f"{site}: {e}" for e in calls_ok(torch, m, mdl, x)]
@@ -432,21 +434,21 @@ def interrupts_mode(workdir, seed, n):
 def interrupted_conversion(aitune_fast, world) -> dict:
     """A KeyboardInterrupt while ``unpatch_aitune()`` converts AITune's metadata back: what is claimed and held
     then, and after a second ``unpatch_aitune()``."""
-    from aitune_fast import patch
+    from aitune_fast.patch import _convert
 
     aitune_fast.patch_aitune()
-    convert = patch._reference_of
+    convert = _convert.reference_of
 
     def interrupted(md):
         raise KeyboardInterrupt("while converting")
 
-    patch._reference_of = interrupted
+    _convert.reference_of = interrupted
     try:
         aitune_fast.unpatch_aitune()
     except KeyboardInterrupt:
         pass
     finally:
-        patch._reference_of = convert
+        _convert.reference_of = convert
     out = {"claims": aitune_fast.is_aitune_patched(), "world": world()}
     aitune_fast.unpatch_aitune()
     out["second"] = {"claims": aitune_fast.is_aitune_patched(), "world": world()}
@@ -461,7 +463,7 @@ RANDOM_IDLE_S = 0.4  # the tune-and-load thread's pause after each
 
 
 def random_mode(workdir, seed, n):
-    ait, torch, aitune_fast, _switch = setup()
+    ait, torch, aitune_fast, quiescence = setup()
     rng = random.Random(int(seed))
     stop = threading.Event()
     errors: list[str] = []

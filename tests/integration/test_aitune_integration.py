@@ -354,10 +354,10 @@ def test_patch_refuses_aitune_versions_it_was_not_made_for(monkeypatch, version)
 def test_patch_accepts_the_aitune_versions_it_was_made_for(monkeypatch, version):
     import importlib.metadata
 
-    from aitune_fast import patch
+    from aitune_fast.patch import _switch
 
     monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
-    patch._check_aitune_version()  # no error
+    _switch.check_aitune_version()  # no error
 
 
 class _Foreign(enum.Enum):

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from aitune_fast.patch import _call_path
 from child import run_script
 
 CHILD = Path(__file__).resolve().parent / "tuned_call_child.py"
@@ -84,7 +85,7 @@ def test_transcript_covers_the_quirks(runs):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_which_forward_live_modules_call(runs, mode):
-    expected = "aitune_fast._tuned_call" if mode in FAST else "aitune.torch.module.wrapper_module"
+    expected = _call_path.__name__ if mode in FAST else "aitune.torch.module.wrapper_module"
     assert runs[mode]["installed"] == [expected, expected]
 
 

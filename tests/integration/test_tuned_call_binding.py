@@ -1,4 +1,4 @@
-"""The call path's compiled binders (``_tuned_call._compile_binder``) against AITune's ``ForwardSignature.normalize``.
+"""The call path's compiled binders (``_call_path.compile_binder``) against AITune's ``ForwardSignature.normalize``.
 
 A tuned call binds twice (``TunedModule.__call__`` then ``safe_call_backend``): the binder of a call shape must give
 the first bind's ``args`` and ``kwargs`` and the second bind's ``arguments``, the same objects in the same order,
@@ -12,8 +12,8 @@ import importlib
 import inspect
 
 import pytest
-from aitune_fast import _tuned_call
 from aitune_fast._reference import load_reference
+from aitune_fast.patch import _call_path
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def _values(n, names):
 @pytest.mark.parametrize(("func", "n", "names"), CASES)
 def test_binder_gives_what_binding_twice_gives(signature_of, func, n, names):
     signature = signature_of(func)
-    binder = _tuned_call._compile_binder(signature, n, names)
+    binder = _call_path.compile_binder(signature, n, names)
     assert binder is not None
     args, kwargs = _values(n, names)
     first = signature.normalize(args, kwargs)
@@ -91,13 +91,13 @@ def test_no_binder_where_binding_fails(signature_of, func, n, names):
     args, kwargs = _values(n, names)
     with pytest.raises(TypeError):
         signature.normalize(args, kwargs)
-    assert _tuned_call._compile_binder(signature, n, names) is None
+    assert _call_path.compile_binder(signature, n, names) is None
 
 
 def test_keyword_names_are_quoted_not_evaluated(signature_of):
     signature = signature_of(f_varkw)
     names = ("a'b", 'c"d', "e\\nf", "__import__('os')")
-    binder = _tuned_call._compile_binder(signature, 1, names)
+    binder = _call_path.compile_binder(signature, 1, names)
     args, kwargs = _values(1, names)
     _, call_kwargs, arguments = binder(args, kwargs)
     assert list(call_kwargs) == list(names) and list(arguments["extra"]) == list(names)

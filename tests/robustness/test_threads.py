@@ -71,14 +71,15 @@ def test_the_patch_scans_of_live_objects_never_fail_a_tuple_another_thread_build
     reference to a tuple another thread was still filling and failed that thread with ``SystemError: bad argument
     to internal function`` (16 times in 3 s here, and a flaky tuned-call toggle test); the scans now take the list
     without tuples in one step that runs no Python code."""
-    from aitune_fast import _tuned_call, patch
+    from aitune_fast.patch._convert import convert_live_objects
+    from aitune_fast.patch._objects import live_instances
 
     class NotAModule:
         pass
 
     def scan() -> None:
-        _tuned_call._swap_live_forwards(NotAModule, to_fast=True)
-        patch._convert_live_objects(to_ours=True)
+        live_instances(lambda cls: issubclass(cls, NotAModule))
+        convert_live_objects(to_ours=True)
 
     assert _tuples_built_meanwhile(scan, seconds=3.0) == []
 

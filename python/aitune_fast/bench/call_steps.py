@@ -38,24 +38,25 @@ def _timer(fn: Any, n: int) -> float:
 def steps(tuned: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> dict[str, float]:
     """µs per step of one call of `tuned` on the call path (see the module docstring)."""
     import aitune_fast
-    from aitune_fast import _tuned_call as tc
+    from aitune_fast.patch._call_path import call_steps
 
     tm = tuned.module
     inner = tuned.__wrapped__
     backend = next(iter(tm.backends.values()))
-    binder = tc._binder(tm._forward_signature, args, kwargs)
+    step = call_steps()
+    binder = step["binder"](tm._forward_signature, args, kwargs)
     call_args, call_kwargs, arguments = binder(args, kwargs)
     strict = tm._config.strict_mode
     backends = tm.backends
     sample_metadata = aitune_fast.SampleMetadata
     nested = {
         "full": lambda: tuned(*args, **kwargs),
-        "forward": lambda: tc._forward(tuned, None, None, args, kwargs),
+        "forward": lambda: step["forward"](tuned, None, None, args, kwargs),
         # below: the wrapped module's own forward in place, as _forward leaves it during the call
-        "call": lambda: tc._call(tm, args, kwargs),
-        "binder": lambda: tc._binder(tm._forward_signature, args, kwargs)(args, kwargs),
+        "call": lambda: step["call"](tm, args, kwargs),
+        "binder": lambda: step["binder"](tm._forward_signature, args, kwargs)(args, kwargs),
         "metadata": lambda: backends.get(sample_metadata.from_inputs(arguments, strict=strict)),
-        "infer": lambda: tc._infer_body(backend, call_args, call_kwargs),
+        "infer": lambda: step["infer_body"](backend, call_args, call_kwargs),
         "backend_infer": lambda: backend._infer(*call_args, **call_kwargs),
         "module": lambda: inner(*call_args, **call_kwargs),
     }

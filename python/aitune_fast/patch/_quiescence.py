@@ -10,13 +10,13 @@ A switch (``patch_aitune()`` / ``unpatch_aitune()``) runs under :data:`LOCK` ins
 2. refuses at once (:class:`SwitchRefused`) while another thread tunes or saves or loads a checkpoint (minutes of
    work that holds metadata in local variables), and otherwise waits until no other thread runs AITune's metadata
    code; a call still running after :data:`CALLS_IN_FLIGHT_LIMIT_S` makes the switch refuse;
-3. yields: the switch writes each change to a :class:`Journal` before making it, so an exception or
+3. yields: the switch writes each change to the journal (``_journal``) before making it, so an exception or
    KeyboardInterrupt at any point is rolled back, by the switch itself or, when the roll back was interrupted too,
-   by the next switch (:func:`recover`);
+   by the next switch;
 4. checks that nobody slipped in meanwhile (:func:`settled`) and opens the gates.
 
-Class attributes that are gated read and write through :func:`attr` and :func:`put`, so the patch and the call path
-replace methods on AITune's classes in the same way whether a gate stands in front of them or not.
+The gates are the switch's own stand-ins, up only while it runs; the registry of replacements (``_registry``)
+reads and writes attributes through :func:`attr` and :func:`put`, behind a gate where one stands.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from aitune_fast import _core
+from aitune_fast.patch._journal import JOURNAL
+from aitune_fast.patch._state import LOCK
 
-# the switch lock, for the life of the process: held by a switch from start to end, and by hooked imports
-LOCK = threading.RLock()
 CALLS_IN_FLIGHT_LIMIT_S = 5.0  # the longest a switch waits for the calls in flight to return
 _ENTRY_GRACE_S = 0.002  # a GIL release before the first scan: a thread that looked up an entry point just before its
 # gate closed runs into it (its frame then shows in the scan)
@@ -182,30 +182,6 @@ def put(owner: Any, attribute: str, value: Any) -> None:
         setattr(owner, attribute, value)
 
 
-# ---------------------------------------------------------------------------------------------- live objects
-
-
-def live_instances(wanted: Callable[[type], bool]) -> list[Any]:
-    """The live objects whose class `wanted` accepts (asked once per class). Taken through
-    ``_core._gc_objects_but_tuples()``, not ``gc.get_objects()``: see there."""
-    classes = {cls for cls in _all_classes() if wanted(cls)}
-    return [obj for obj in _core._gc_objects_but_tuples() if type(obj) in classes]
-
-
-def _all_classes() -> list[type]:
-    """Every class there is: ``object`` and its subclasses, however deep."""
-    found: list[type] = []
-    seen: set[int] = set()
-    stack: list[type] = [object]
-    while stack:
-        cls = stack.pop()
-        if id(cls) not in seen:
-            seen.add(id(cls))
-            found.append(cls)
-            stack.extend(type.__subclasses__(cls))
-    return found
-
-
 # ---------------------------------------------------------------------------------------------- in flight
 
 
@@ -284,92 +260,3 @@ def settled(codes: Codes) -> bool:
     """Whether no other thread entered AITune's metadata code while the switch ran (a thread that had looked an
     entry point up before its gate closed and had not called it yet when the switch scanned)."""
     return not in_flight(codes.calls | codes.long)
-
-
-# ---------------------------------------------------------------------------------------------- journal
-
-
-@dataclass
-class SetItem:
-    """``container[key] = new`` (a dict value, a list item, a module's or an object's attribute dict entry)."""
-
-    container: Any
-    key: Any
-    old: Any
-    new: Any
-
-    def do(self) -> None:
-        self.container[self.key] = self.new
-
-    def undo(self) -> None:
-        self.container[self.key] = self.old
-
-
-@dataclass
-class SetAttr:
-    """``setattr(owner, attribute, new)`` through :func:`put`."""
-
-    owner: Any
-    attribute: str
-    old: Any
-    new: Any
-
-    def do(self) -> None:
-        put(self.owner, self.attribute, self.new)
-
-    def undo(self) -> None:
-        put(self.owner, self.attribute, self.old)
-
-
-@dataclass
-class Step:
-    """Any other change: `do` makes it, `undo` takes it back (each safe to run again)."""
-
-    do: Any
-    undo: Any
-
-
-@dataclass
-class Rekey:
-    """A dict's items replaced by `new` (its keys converted), in their order, in the same dict object."""
-
-    mapping: Any
-    old: list[tuple[Any, Any]]
-    new: list[tuple[Any, Any]]
-
-    def do(self) -> None:
-        self.mapping.clear()
-        self.mapping.update(self.new)
-
-    def undo(self) -> None:
-        self.mapping.clear()
-        self.mapping.update(self.old)
-
-
-class Journal:
-    """The changes of the switch running now, each written down before it is made: the switch rolls them back when
-    it fails; when that roll back is interrupted too, the next switch finishes it before it starts. Empty between
-    switches."""
-
-    def __init__(self) -> None:
-        self.edits: list[Any] = []
-        self.recording = False  # a switch is running (outside one, changes such as hooked imports' are just made)
-
-    def apply(self, edit: Any) -> None:
-        if self.recording:
-            self.edits.append(edit)
-        edit.do()
-
-    def commit(self) -> None:
-        self.edits = []
-
-    def roll_back(self) -> bool:
-        """Undo every change still written down, newest first; whether there was any."""
-        had = bool(self.edits)
-        while self.edits:
-            self.edits[-1].undo()
-            self.edits.pop()
-        return had
-
-
-JOURNAL = Journal()

@@ -27,28 +27,30 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 import types
 from collections import OrderedDict
 from typing import Any, cast
 
-from aitune_fast import _switch
+from aitune_fast.patch import _names
+from aitune_fast.patch._aitune import Context
+from aitune_fast.patch._objects import live_instances
+from aitune_fast.patch._quiescence import attr
+from aitune_fast.patch._registry import REGISTRY, Layer
 
-__all__ = ["enable", "on_loaded"]
+__all__ = [
+    "CALL_CODE",
+    "call_steps",
+    "compile_binder",
+    "install_forward",
+    "install_infer",
+    "install_jit_swap",
+    "install_tuned_call",
+    "learn_eager_infer",
+]
 
-_WRAPPER_MODULE = "aitune.torch.module.wrapper_module"
-_TUNED_MODULE = "aitune.torch.module.tuned_module"
-_BACKEND = "aitune.torch.backend.backend"
-_EAGER = "aitune.torch.backend.torch_eager"
-_JIT_MODULE = "aitune.torch.jit.patched_module"
 _MAX_SHAPES = 64  # call shapes kept per forward signature
 _MAX_SIGNATURES = 1024  # forward signatures with kept shapes
 _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
-
-_lock = threading.RLock()
-_enabled = False
-_replaced: dict[str, tuple[Any, str, Any]] = {}  # what -> (owner, attribute, stock value)
-_live_forwards: Any = None  # AITune's Module class while its live objects may hold the fast FunctionWrapper
 
 
 class _Refs:
@@ -62,107 +64,48 @@ class _Refs:
     safe_call: Any = None
     unique_call: Any = None
     normalize: Any = None
-    gctx: Any = None
-    gctx_cls: Any = None
-    module_key: str = ""
-    backend_key: str = ""
     infer: Any = None  # the fast Backend.infer's parts, see _infer_parts
     eager_infer: Any = None  # stock's TorchEagerBackend._infer, which _infer_body runs inline
     eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
     backend_config: Any = None  # BackendConfig
     grad_enabled: Any = None  # torch.is_grad_enabled
     jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
+    jit_restore: Any = None  # stock's PatchedModule._restore_original_forward
+    jit_proxy: Any = None  # stock's PatchedModule._proxy_forward
     set_grad_enabled: Any = None  # torch._C._set_grad_enabled: what torch.no_grad() calls on entry and exit
 
 
 _refs = _Refs()
 
 
-def enabled() -> bool:
-    """Whether the fast call path is in place."""
-    return _enabled
-
-
-def enable(on: bool) -> None:
-    """Put the fast call path in place (``on``) or take it out, in every loaded AITune module and live object.
-    Taking it out finishes what an interrupted earlier call left in place."""
-    global _enabled
-    with _lock:
-        if on:
-            if _enabled:
-                return
-            _enabled = True
-            for name in (_BACKEND, _EAGER, _TUNED_MODULE, _WRAPPER_MODULE, _JIT_MODULE):
-                module = sys.modules.get(name)
-                if module is not None:
-                    on_loaded(module)
-        else:
-            _enabled = False
-            _uninstall()
-
-
-def on_loaded(module: Any) -> None:
-    """Install the part of the fast path that `module` (a freshly loaded AITune module) defines."""
-    with _lock:
-        if not _enabled:
-            return
-        name = getattr(module, "__name__", None)
-        if name == _BACKEND:
-            _install_infer(module)
-        elif name == _EAGER:
-            _learn_eager_infer(module)
-        elif name == _TUNED_MODULE:
-            _install_tuned_call(module)
-        elif name == _WRAPPER_MODULE:
-            _install_forward(module)
-        elif name == _JIT_MODULE:
-            _install_jit_swap(module)
-
-
-def _put(key: str, owner: Any, attribute: str, value: Any) -> None:
-    original = _switch.attr(owner, attribute)  # what stands behind a patch switch's gate, if one stands there
-    value.__doc__ = getattr(original, "__doc__", None)
-    value.__wrapped__ = original
-    _replaced[key] = (owner, attribute, original)  # written down first: _uninstall puts it back
-    _switch.put(owner, attribute, value)
-
-
-def _uninstall() -> None:
-    """Stock's functions back, each forgotten only once it is back (an interrupted call leaves the rest to the
-    next)."""
-    global _live_forwards
-    while _replaced:
-        key = next(reversed(_replaced))
-        owner, attribute, original = _replaced[key]
-        _switch.put(owner, attribute, original)
-        del _replaced[key]
-    if _live_forwards is not None:
-        _swap_live_forwards(_live_forwards, to_fast=False)
-        _live_forwards = None
-
-
 # ---------------------------------------------------------------------------------------------- Module._forward
 
 
-def _install_forward(wrapper_module: Any) -> None:
+def install_forward(wrapper_module: Any) -> None:
+    """``Module._forward`` on the class, and in the ``FunctionWrapper`` of every live ``Module``."""
     module_cls = getattr(wrapper_module, "Module", None)
     state: Any = getattr(wrapper_module, "ModuleState", None)
-    if not isinstance(module_cls, type) or "_forward" not in module_cls.__dict__ or "Module._forward" in _replaced:
+    if not isinstance(module_cls, type) or "_forward" not in module_cls.__dict__:
+        return
+    if REGISTRY.original(module_cls, "_forward") is not None:
         return
     _refs.module_cls = module_cls
     _refs.init_state = state.INIT
     _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
-    global _live_forwards
-    _put("Module._forward", module_cls, "_forward", _forward)
-    _live_forwards = module_cls  # written down first: _uninstall swaps them back
-    _swap_live_forwards(module_cls, to_fast=True)
+    REGISTRY.replace_function(Layer.CALL_PATH, module_cls, "_forward", _forward)
+    REGISTRY.step(
+        Layer.CALL_PATH_LIVE,
+        "live modules' forward wrappers",
+        lambda: _swap_live_forwards(module_cls, to_fast=True),
+        lambda: _swap_live_forwards(module_cls, to_fast=False),
+    )
 
 
 def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
     """Give every live ``Module`` a ``FunctionWrapper`` around the fast ``_forward`` (or its stock one back)."""
     import wrapt
 
-    for proxy in _switch.live_instances(lambda cls: issubclass(cls, module_cls)):
+    for proxy in live_instances(lambda cls: issubclass(cls, module_cls)):
         try:
             current = proxy._self_proxy_forward
             bound = current._self_wrapper
@@ -212,18 +155,20 @@ def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) 
     return result
 
 
-def _install_jit_swap(jit_module: Any) -> None:
+def install_jit_swap(jit_module: Any) -> None:
     """The hook swap of JIT-patched modules (``PatchedModule``): its two methods, on the class, so every live
     instance (which calls them through ``self``) takes them."""
     patched_cls = getattr(jit_module, "PatchedModule", None)
-    if not isinstance(patched_cls, type) or "PatchedModule._proxy_forward" in _replaced:
+    if not isinstance(patched_cls, type) or REGISTRY.original(patched_cls, "_proxy_forward") is not None:
         return
     if not {"_proxy_forward", "_restore_original_forward"} <= patched_cls.__dict__.keys():
         return
     _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
     _refs.jit_decorator = jit_module.wrapt.decorator
-    _put("PatchedModule._restore_original_forward", patched_cls, "_restore_original_forward", _jit_restore)
-    _put("PatchedModule._proxy_forward", patched_cls, "_proxy_forward", _jit_proxy)
+    _refs.jit_restore = attr(patched_cls, "_restore_original_forward")
+    _refs.jit_proxy = attr(patched_cls, "_proxy_forward")
+    REGISTRY.replace_function(Layer.CALL_PATH, patched_cls, "_restore_original_forward", _jit_restore)
+    REGISTRY.replace_function(Layer.CALL_PATH, patched_cls, "_proxy_forward", _jit_proxy)
 
 
 def _jit_restore(self: Any) -> None:
@@ -232,7 +177,7 @@ def _jit_restore(self: Any) -> None:
     keeps ``nn.Module.__setattr__`` (which stores these plain values there)."""
     inner = self.__wrapped__
     if type(inner).__setattr__ is not _refs.nn_setattr:
-        return _replaced["PatchedModule._restore_original_forward"][2](self)
+        return _refs.jit_restore(self)
     state = inner.__dict__
     self._current_forward_pre_hooks = OrderedDict(state["_forward_pre_hooks"])
     self._current_forward_hooks = OrderedDict(state["_forward_hooks"])
@@ -246,7 +191,7 @@ def _jit_proxy(self: Any) -> None:
     """``PatchedModule._proxy_forward``: the hooks back and a new routing wrapper at ``forward`` (as stock makes)."""
     inner = self.__wrapped__
     if type(inner).__setattr__ is not _refs.nn_setattr:
-        return _replaced["PatchedModule._proxy_forward"][2](self)
+        return _refs.jit_proxy(self)
     state = inner.__dict__
     state["_forward_pre_hooks"] = self._current_forward_pre_hooks
     state["forward"] = _refs.jit_decorator(self._forward_router)(self._original_forward)
@@ -266,24 +211,20 @@ def _forward_stock_swap(self: Any, args: tuple, kwargs: dict) -> Any:
 # ---------------------------------------------------------------------------------------------- TunedModule
 
 
-def _install_tuned_call(tuned_module: Any) -> None:
+def install_tuned_call(tuned_module: Any) -> None:
+    """``TunedModule.__call__``."""
     tuned_cls = getattr(tuned_module, "TunedModule", None)
-    if not isinstance(tuned_cls, type) or "__call__" not in tuned_cls.__dict__ or "TunedModule.__call__" in _replaced:
+    if not isinstance(tuned_cls, type) or "__call__" not in tuned_cls.__dict__:
         return
-    gctx_module = sys.modules.get("aitune.global_context")
-    signature_module = sys.modules.get("aitune.torch.module.forward_signature")
-    if gctx_module is None or signature_module is None:
+    signature_module = sys.modules.get(_names.FORWARD_SIGNATURE)
+    if REGISTRY.original(tuned_cls, "__call__") is not None or Context.obj is None or signature_module is None:
         return
     _refs.tuned_cls = tuned_cls
     _refs.tuned_module = tuned_module
     _refs.safe_call = tuned_cls.__dict__["safe_call_backend"]
     _refs.unique_call = tuned_cls.__dict__["call_unique_backend"]
     _refs.normalize = signature_module.ForwardSignature.__dict__["normalize"]
-    _refs.gctx = gctx_module.global_context
-    _refs.gctx_cls = gctx_module.GlobalContext
-    _refs.module_key = gctx_module.MODULE_CONTEXT_KEY
-    _refs.backend_key = gctx_module.BACKEND_CONTEXT_KEY
-    _put("TunedModule.__call__", tuned_cls, "__call__", _tuned_call)
+    REGISTRY.replace_function(Layer.CALL_PATH, tuned_cls, "__call__", _tuned_call)
 
 
 def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -296,15 +237,15 @@ def _call(tuned: Any, args: tuple, kwargs: dict) -> Any:
     function (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``;
     any other function as it is)."""
     binder = _binder(tuned._forward_signature, args, kwargs)
-    context = _refs.gctx
-    if binder is None or type(context) is not _refs.gctx_cls:
+    context = Context.obj
+    if binder is None or type(context) is not Context.cls:
         return _call_stock_steps(tuned, args, kwargs)
     call_args, call_kwargs, arguments = binder(args, kwargs)
     func = tuned._backend_func
     with context._lock:
         stack = context._data_stack
         top = stack[-1].copy()
-        top[_refs.module_key] = tuned._module_name
+        top[Context.module_key] = tuned._module_name
         stack.append(top)
     try:
         method = getattr(func, "__func__", None)
@@ -330,9 +271,9 @@ def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
     """``TunedModule.__call__`` step by step as stock runs it (a call shape that does not bind fails as there)."""
     bound = tuned._forward_signature.normalize(args, kwargs)
     sample = (bound.args, bound.kwargs)
-    context = _refs.gctx
+    context = Context.obj
     with context:
-        context.set(_refs.module_key, tuned._module_name)
+        context.set(Context.module_key, tuned._module_name)
         return tuned._backend_func(sample)
 
 
@@ -394,11 +335,11 @@ def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
         pass
     if len(shapes) >= _MAX_SHAPES:
         shapes.clear()
-    binder = shapes[shape] = _compile_binder(signature, len(args), tuple(kwargs))
+    binder = shapes[shape] = compile_binder(signature, len(args), tuple(kwargs))
     return binder
 
 
-def _compile_binder(signature: Any, n_args: int, names: tuple) -> Any:
+def compile_binder(signature: Any, n_args: int, names: tuple) -> Any:
     """Bind placeholders of this shape twice as ``TunedModule`` does; compile where each value goes."""
     if any(type(name) is not str for name in names):
         return None
@@ -458,8 +399,8 @@ def _infer_parts(backend_module: Any) -> _InferParts | None:
         body = _cell(metrics_wrapper, "func")
     except (AttributeError, KeyError, TypeError, ValueError, IndexError):
         return None
-    nvtx_module = sys.modules.get("aitune.utils.monitoring.nvtx_annotation")
-    metrics_module = sys.modules.get("aitune.utils.monitoring.hardware_metrics_annotation")
+    nvtx_module = sys.modules.get(_names.NVTX_ANNOTATION)
+    metrics_module = sys.modules.get(_names.HARDWARE_METRICS)
     if nvtx_module is None or metrics_module is None or type(nvtx_decorator) is not nvtx_module.annotate_with_nvtx:
         return None
     if body.__qualname__ != "Backend.infer" or not isinstance(scope, str):
@@ -468,19 +409,15 @@ def _infer_parts(backend_module: Any) -> _InferParts | None:
     return _InferParts(infer, nvtx_decorator, nvtx_module, metrics_module, scope, (state.ACTIVE, state.DEPLOYED))
 
 
-def _install_infer(backend_module: Any) -> None:
-    if "Backend.infer" in _replaced or sys.modules.get("aitune.global_context") is None:
+def install_infer(backend_module: Any) -> None:
+    """``Backend.infer``, where its decorator chain is the one AITune 0.6.0 builds."""
+    if REGISTRY.original(backend_module.Backend, "infer") is not None or Context.obj is None:
         return
     parts = _infer_parts(backend_module)
     if parts is None:
         return
-    gctx_module = sys.modules["aitune.global_context"]
-    _refs.gctx = gctx_module.global_context
-    _refs.gctx_cls = gctx_module.GlobalContext
-    _refs.module_key = gctx_module.MODULE_CONTEXT_KEY
-    _refs.backend_key = gctx_module.BACKEND_CONTEXT_KEY
     _refs.infer = parts
-    _put("Backend.infer", backend_module.Backend, "infer", _infer)
+    REGISTRY.replace_function(Layer.CALL_PATH, backend_module.Backend, "infer", _infer)
 
 
 def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -492,20 +429,20 @@ def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
     parts = _refs.infer
-    context = _refs.gctx
-    if type(context) is not _refs.gctx_cls:
+    context = Context.obj
+    if type(context) is not Context.cls:
         return parts.stock(backend, *args, **kwargs)
     with context._lock:
         stack = context._data_stack
         top = stack[-1].copy()
         stack.append(top)
     try:
-        top[_refs.backend_key] = _describe(backend)  # stock: set() inside the new context
+        top[Context.backend_key] = _describe(backend)  # stock: set() inside the new context
         message = parts.nvtx_decorator.name
-        module_name = top.get(_refs.module_key)
+        module_name = top.get(Context.module_key)
         if module_name is not None:
             message += f" module:{module_name}"
-        backend_name = top.get(_refs.backend_key)
+        backend_name = top.get(Context.backend_key)
         if backend_name is not None:
             message += f" backend:{backend_name}"
         annotation = parts.annotations.get(message) if parts.nvtx_module.nvtx.annotate is parts.annotate_cls else None
@@ -612,14 +549,14 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
     return operator.attrgetter(*names)
 
 
-def _learn_eager_infer(eager_module: Any) -> None:
+def learn_eager_infer(eager_module: Any) -> None:
     """Note stock's ``TorchEagerBackend._infer`` (``with torch.no_grad(): return self._orig_module(...)``)."""
     cls = getattr(eager_module, "TorchEagerBackend", None)
     infer = getattr(cls, "__dict__", {}).get("_infer")
     describe = getattr(cls, "__dict__", {}).get("describe")
     if getattr(describe, "__qualname__", None) == "TorchEagerBackend.describe":
         _refs.eager_describe = describe
-        _refs.backend_config = sys.modules[_BACKEND].BackendConfig
+        _refs.backend_config = sys.modules[_names.BACKEND].BackendConfig
     if getattr(infer, "__qualname__", None) == "TorchEagerBackend._infer":
         global _IMMUTABLE
         torch = sys.modules["torch"]
@@ -652,3 +589,16 @@ def _is_nvtx_annotate(annotate: Any) -> bool:
     """Whether `annotate` is nvtx's own class (its objects hold nothing per range, so one serves many)."""
     module = getattr(annotate, "__module__", "")
     return isinstance(annotate, type) and module in ("nvtx.nvtx", "nvtx")
+
+
+# the call path's own functions that hold a metadata between building it and looking it up: a switch waits for calls
+# in them (`_switch.codes`)
+CALL_CODE = (_call, _backend_for)
+
+
+def call_steps() -> dict[str, Any]:
+    """The call path's steps, for the benchmark's per-step timings (``bench/call_steps.py``): ``forward``
+    (``Module._forward``: `self, wrapped, instance, args, kwargs`), ``call`` (``TunedModule.__call__``: `tuned, args,
+    kwargs`), ``binder`` (`signature, args, kwargs` -> the compiled binder of that call shape, or None) and
+    ``infer_body`` (``Backend.infer``: `backend, args, kwargs`)."""
+    return {"forward": _forward, "call": _call, "binder": _binder, "infer_body": _infer_body}

@@ -1,0 +1,147 @@
+"""The switch's gates and its wait for calls in flight (``aitune_fast.patch._quiescence``), in this process, no
+AITune: new calls wait at a gate until the switch is over and then run what is in place; a call already inside
+the code passes; a switch waits for calls in flight, refuses beside long work or past its limit, and refuses to run
+inside the code it switches."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from aitune_fast.patch import _quiescence
+from aitune_fast.patch._journal import JOURNAL
+from aitune_fast.patch._quiescence import GATES, Codes, Entry, SwitchRefused, put, quiescent
+from aitune_fast.patch._state import LOCK
+
+
+class Metadata:
+    def call(self, x: int) -> str:
+        return f"stock {x}"
+
+
+def ours(self, x: int) -> str:
+    return f"ours {x}"
+
+
+@pytest.fixture(autouse=True)
+def clean_switch():
+    stock = vars(Metadata)["call"]
+    yield
+    GATES.open()
+    JOURNAL.recording = False
+    JOURNAL.commit()
+    Metadata.call = stock  # type: ignore[method-assign]
+
+
+def in_thread(fn):
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_a_new_call_waits_at_the_gate_and_then_runs_what_the_switch_put_in_place():
+    with LOCK:
+        GATES.close([Entry(Metadata, "call")], frozenset())
+        thread, box = in_thread(lambda: Metadata().call(1))
+        thread.join(0.3)
+        assert thread.is_alive() and "value" not in box  # held at the gate
+        put(Metadata, "call", ours)  # the switch replaces the method behind the gate
+        assert vars(Metadata)["call"].__qualname__.startswith("aitune_fast gate of")  # the gate stays up
+        GATES.open()
+    thread.join(5)
+    assert box["value"] == "ours 1" and vars(Metadata)["call"] is ours
+
+
+def test_a_call_from_inside_the_code_passes_the_gate():
+    """A thread already inside AITune's metadata code (a pass code on its stack) is not held: nested calls
+    finish in the world they started in."""
+
+    def inside() -> str:
+        return Metadata().call(2)
+
+    with LOCK:
+        GATES.close([Entry(Metadata, "call")], frozenset({inside.__code__}))
+        thread, box = in_thread(inside)
+        thread.join(5)
+        assert box["value"] == "stock 2"
+        GATES.open()
+
+
+def test_gates_an_interrupted_switch_left_standing_are_opened_by_a_waiting_caller():
+    GATES.close([Entry(Metadata, "call")], frozenset())
+    GATES.owner = -1  # the switch that closed them is gone, the lock free
+    thread, box = in_thread(lambda: Metadata().call(3))
+    thread.join(5)
+    assert box["value"] == "stock 3" and not GATES.standing and vars(Metadata)["call"] is not None
+
+
+def slow(release: threading.Event) -> None:
+    release.wait(10)
+
+
+def long_work(release: threading.Event) -> None:
+    release.wait(10)
+
+
+def test_a_switch_waits_for_a_call_in_flight_and_refuses_past_the_limit(monkeypatch):
+    release = threading.Event()
+    thread = threading.Thread(target=slow, args=(release,), daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    codes = Codes(calls=frozenset({slow.__code__}), long=frozenset())
+    monkeypatch.setattr(_quiescence, "CALLS_IN_FLIGHT_LIMIT_S", 0.2)
+    with pytest.raises(SwitchRefused, match=r"still running after 0\.2 s \(slow"):
+        _quiescence.wait_for_calls(codes, "patch_aitune")
+    threading.Timer(0.1, release.set).start()
+    monkeypatch.setattr(_quiescence, "CALLS_IN_FLIGHT_LIMIT_S", 5.0)
+    started = time.monotonic()
+    _quiescence.wait_for_calls(codes, "patch_aitune")  # returns once the call has
+    assert 0.05 < time.monotonic() - started < 5.0
+    thread.join(5)
+
+
+def test_a_switch_beside_long_work_is_refused_at_once():
+    release = threading.Event()
+    thread = threading.Thread(target=long_work, args=(release,), daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    codes = Codes(calls=frozenset(), long=frozenset({long_work.__code__}))
+    started = time.monotonic()
+    try:
+        with pytest.raises(SwitchRefused, match="tuning or saving/loading a checkpoint"):
+            with quiescent([Entry(Metadata, "call")], codes, "unpatch_aitune"):
+                pass
+    finally:
+        release.set()
+        thread.join(5)
+    assert time.monotonic() - started < 1.0
+    assert not GATES.standing and vars(Metadata)["call"].__name__ == "call"  # gates opened again
+
+
+def test_a_switch_inside_the_code_it_switches_is_refused():
+    """Re-entry: a switch started from inside AITune's own calls (a forward, tune()) refuses, changing nothing."""
+
+    def forward() -> None:
+        with quiescent([Entry(Metadata, "call")], Codes(calls=frozenset({forward.__code__}), long=frozenset()), "x"):
+            raise AssertionError("the switch ran")
+
+    with pytest.raises(SwitchRefused, match="cannot run inside AITune's own calls"):
+        forward()
+    assert not GATES.standing and not JOURNAL.recording
+
+
+def test_quiescent_rolls_the_journal_back_when_the_switch_raises_and_commits_when_it_returns():
+    from aitune_fast.patch._journal import SetItem
+
+    world = {"x": "old"}
+    no_codes = Codes(calls=frozenset(), long=frozenset())
+    with pytest.raises(KeyboardInterrupt):
+        with quiescent([], no_codes, "patch_aitune"):
+            JOURNAL.apply(SetItem(world, "x", "old", "new"))
+            raise KeyboardInterrupt
+    assert world == {"x": "old"} and JOURNAL.edits == [] and not JOURNAL.recording
+    with quiescent([], no_codes, "patch_aitune"):
+        JOURNAL.apply(SetItem(world, "x", "old", "new"))
+    assert world == {"x": "new"} and JOURNAL.edits == []
