@@ -55,6 +55,17 @@ def test_documented_installs_name_this_version(path, name, tmp_path):
         readme_check.commands(readme_check.block(path, name), stale)
 
 
+def test_every_artifact_name_in_the_docs_is_this_version():
+    """A wheel or sdist named in the README or the docs (install commands, examples) carries this build's version:
+    bumping Cargo.toml's version without the docs fails here."""
+    names = re.compile(r"aitune_fast-(\d[^-\s\[\]\"`]*?)(?:-cp\d+-[^\s\"`\[]+\.whl|\.tar\.gz)")
+    for path in [README, *(ROOT / "docs").glob("*.md")]:
+        for version in names.findall(path.read_text()):
+            assert version == aitune_fast.__version__, (
+                f"{path.name} names {version}, this build is {aitune_fast.__version__}"
+            )
+
+
 def test_the_project_address_is_written_alike_everywhere():
     urls = _pyproject()["project"]["urls"]
     mkdocs = (ROOT / "mkdocs.yml").read_text()
