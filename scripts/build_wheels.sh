@@ -117,7 +117,7 @@ wait_builds() { # waits for the builds in pids/names; dies with the log of the f
 
 check_stage() { # exactly one wheel per interpreter with the policy's tag, and one sdist
     local stage="$1" v n version
-    version="$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$CACHE/build/src/Cargo.toml")"
+    version="$(package_version "$CACHE/build/src")" # as maturin spells it in the names (0.2.0.dev0)
     for v in "${PYTHONS[@]}"; do
         n="aitune_fast-$version-cp${v/./}-cp${v/./}-${POLICY}_$(uname -m).whl"
         [ -f "$stage/$n" ] || die "expected $n, found: $(ls "$stage")"

@@ -6,10 +6,12 @@
 #     that needs only the C runtime and has no RPATH/RUNPATH, `auditwheel show` agreeing with the tag;
 #   - the sdist: what a build from it needs is in it;
 #   - the release workflow (.github/workflows/) passes actionlint;
-#   - installed into fresh venvs next to a given torch, a wheel (with its `bench` extra) or the sdist (`pip
-#     install aitune_fast-VERSION.tar.gz`: pip builds it with Rust, through build-backend/): scripts/wheel_smoke.py
-#     (imports from the venv, the fast reader, AITUNE_FAST_TENSOR_READER=python, the benchmark smoke run against
-#     the reference, aitune 0.6.0 installed --no-deps as the README says).
+#   - installed into fresh venvs next to a given torch, a wheel (by the README's install block, as written) or the
+#     sdist (`pip install aitune_fast-VERSION.tar.gz`: pip builds it with Rust, through build-backend/):
+#     scripts/wheel_smoke.py (imports from the venv, the fast reader, AITUNE_FAST_TENSOR_READER=python, the
+#     benchmark smoke run against the reference, aitune 0.6.0 installed --no-deps as the docs say); for a wheel,
+#     scripts/readme_check.py then runs the README's quick start, and installs the benchmark as
+#     docs/performance.md says (the `bench` extra) and runs its tuned-module workload, whose rows must print.
 #
 #   bash scripts/check_wheel.sh                                  # the default matrix below (what CI runs)
 #   bash scripts/check_wheel.sh 3.12:torch==2.9.*:wheel 3.11:torch:sdist   # PYTHON:TORCH_SPEC:wheel|sdist ...
@@ -58,7 +60,7 @@ git -C "$SRC" checkout -q --detach "$SHA"
 say "clean clone of ${SHA:0:10} in $SRC"
 DIST="$WORK/dist"
 bash "$SRC/scripts/build_wheels.sh" "$DIST" || die "scripts/build_wheels.sh failed"
-VERSION="$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$SRC/Cargo.toml")"
+VERSION="$(package_version "$SRC")" # as the artifacts' names and metadata spell it (0.2.0.dev0)
 SDIST="$DIST/aitune_fast-$VERSION.tar.gz"
 
 failed=()
@@ -113,9 +115,10 @@ for entry in "${MATRIX[@]}"; do
         case "$BUILD" in
             wheel)
                 WHL="$(ls "$DIST"/aitune_fast-"$VERSION"-cp"${PYV/./}"-*.whl)"
-                # with its bench extra: its dependencies must already be met by what is installed
-                "$VPY" -m pip install -q "${WHL}[bench]" || die "pip cannot install $(basename "$WHL")"
-                say "installed $(basename "$WHL")[bench]"
+                # the README's install block as written, the wheel's name put in (scripts/readme_check.py)
+                "$VPY" "$SRC/scripts/readme_check.py" install --wheel "$WHL" ||
+                    die "the README's install fails with $(basename "$WHL")"
+                say "installed $(basename "$WHL") as the README says"
                 ;;
             sdist)
                 # pip builds it in an isolated environment (maturin from PyPI, cargo from PATH), no flags
@@ -128,6 +131,13 @@ for entry in "${MATRIX[@]}"; do
         cd "$WORK" # away from the sources: the installed package is what runs
         "$VPY" "$SRC/scripts/wheel_smoke.py" --version "$VERSION" --out "$WORK/smoke-$NAME" ||
             die "the installed $BUILD misbehaves (above)"
+        if [ "$BUILD" = wheel ]; then
+            # the README's quick start as written; then the benchmark installed as docs/performance.md says (the
+            # bench extra, AITune's dependencies with it) runs the tuned-module workload and prints its rows
+            "$VPY" "$SRC/scripts/readme_check.py" quickstart || die "the README's quick start fails"
+            "$VPY" "$SRC/scripts/readme_check.py" bench --wheel "$WHL" --out "$WORK/tuned-$NAME" ||
+                die "the documented benchmark install prints no tuned-call rows"
+        fi
     )
     rc=$?
     set -e

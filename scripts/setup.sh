@@ -47,6 +47,25 @@ if [ ! -f "$HF_STAMP" ]; then
     "$PY" -m pip install -q -c "$CONSTRAINTS" transformers==4.57.6 tokenizers==0.22.2 diffusers==0.39.0
     touch "$HF_STAMP"
 fi
+# The documentation site's tools: pyproject.toml's `docs` dependency group (mkdocs-material, mkdocstrings), pinned
+# there; reinstalled when those pins change. tests/packaging/test_docs.py builds the site with them.
+DOCS_STAMP="$VENV/.docs-group"
+DOCS_PINS="$(grep '^docs = ' pyproject.toml)"
+if [ "$(cat "$DOCS_STAMP" 2>/dev/null)" != "$DOCS_PINS" ]; then
+    "$PY" -m pip install -q "pip>=25.1" # the first pip that installs dependency groups (--group)
+    "$PY" -m pip install -q --group docs
+    echo "$DOCS_PINS" >"$DOCS_STAMP"
+fi
+# A browser for the documentation's headless test: Debian's chromium, installed with apt-get where none is on PATH
+# and this runs as root; elsewhere the test skips and says why.
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >/dev/null ||
+            echo "setup.sh: apt-get could not install chromium: the documentation's browser test will skip" >&2
+    else
+        echo "setup.sh: no Chromium on PATH (as root: apt-get install chromium): the documentation's browser test will skip" >&2
+    fi
+fi
 # The release tools (scripts/release_tools.sh: maturin, zig, auditwheel, actionlint), kept in the cache folder and
 # made once; tests/packaging/test_packaging.py lints the release workflow with actionlint.
 . scripts/release_tools.sh

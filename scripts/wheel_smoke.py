@@ -1,6 +1,6 @@
 """Smoke test of an installed aitune_fast (from a wheel or the sdist); exit status 1 on any failure.
 
-    python scripts/wheel_smoke.py --version 0.1.0 --out DIR   # with the interpreter it is installed in
+    python scripts/wheel_smoke.py --version 0.2.0.dev0 --out DIR   # with the interpreter it is installed in
 
 Run from outside the source tree (the installed package must be what runs). Checks: aitune_fast imports from
 this interpreter's environment, at the expected version; ``runtime_info()`` names this Python and torch and the

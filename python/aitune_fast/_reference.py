@@ -29,8 +29,8 @@ def load_reference() -> SimpleNamespace:
         spec = importlib.util.find_spec("aitune")
         if spec is None or not spec.submodule_search_locations:
             raise ImportError(
-                "the reference implementation is not installed: run "
-                "`pip install --no-deps aitune==0.6.0 tabulate nvtx` (scripts/setup.sh does this)"
+                "the reference implementation (aitune 0.6.0) is not installed: run "
+                "`pip install --no-deps aitune==0.6.0` (add --ignore-requires-python on Python 3.13)"
             )
         root = list(spec.submodule_search_locations)[0]
     for name in _PACKAGES:

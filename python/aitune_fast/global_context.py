@@ -4,6 +4,8 @@ import threading
 from typing import Any, Literal
 
 BATCH_SIZE_KEY = "batch_size"
+"""The key of the batch size in ``global_context``: ``from_inputs`` and ``from_outputs`` read it when no
+``batch_size`` is given (AITune's ``tune()`` sets it)."""
 
 
 class GlobalContext:
@@ -19,6 +21,7 @@ class GlobalContext:
     """
 
     def __init__(self) -> None:
+        """An empty context: one scope, no values."""
         self._data_stack: list[dict[Any, Any]] = [{}]
         self._lock = threading.Lock()
 
@@ -61,6 +64,7 @@ class GlobalContext:
 
 
 global_context = GlobalContext()
+"""The process-wide context, shared by every thread (pass ``batch_size=`` explicitly in multi-threaded code)."""
 
 # The context whose batch size the Rust core reads on every call: ``global_context``, or AITune's
 # ``aitune.global_context.global_context`` while ``aitune_fast.patch_aitune()`` is active (the

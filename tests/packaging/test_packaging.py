@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aitune_fast
 import pytest
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,8 +29,15 @@ def _cargo_version() -> str:
     return match.group(1)
 
 
+def _shell_package_version() -> str:
+    """scripts/release_tools.sh's package_version: what check_wheel.sh and the release workflow expect."""
+    cmd = ["bash", "-c", '. scripts/release_tools.sh && package_version "$PWD"']
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_version_is_written_once_in_cargo_toml():
-    assert aitune_fast.__version__ == _cargo_version()
+    # Cargo's SemVer (0.2.0-dev.0) in PEP 440's normal form (0.2.0.dev0) is what maturin writes into the wheel
+    assert aitune_fast.__version__ == str(Version(_cargo_version())) == _shell_package_version()
     assert aitune_fast.runtime_info()["version"] == aitune_fast.__version__
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^dynamic\s*=\s*\["version"\]', pyproject, re.M)
@@ -37,6 +45,21 @@ def test_version_is_written_once_in_cargo_toml():
     # no other hard-coded copy in the package
     for path in (ROOT / "python" / "aitune_fast").rglob("*.py"):
         assert not re.search(r"__version__\s*=\s*[\"']\d+\.\d", path.read_text()), path
+
+
+def test_an_unreleased_build_says_so_and_the_changelog_matches():
+    """Between releases the version is a .devN of the next one, and the CHANGELOG has no section of its own for it
+    (its changes are under [Unreleased]); every released version has a dated section."""
+    version = Version(aitune_fast.__version__)
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## \[([^\]]+)\](.*)$", changelog, re.M)
+    assert sections and sections[0][0] == "Unreleased", sections[:1]
+    for name, rest in sections[1:]:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", name), name
+        assert re.fullmatch(r" - \d{4}-\d{2}-\d{2}", rest), f"[{name}]{rest}: a released section needs its date"
+        assert Version(name) < version, f"[{name}] is not older than this build ({version})"
+    if version.is_devrelease:
+        assert version.base_version not in {name for name, _ in sections}, "a dev build of a released version"
 
 
 def test_installed_metadata_declares_torch_license_and_bench_extra():
@@ -81,6 +104,63 @@ def test_bench_without_the_reference_says_how_to_install_it(tmp_path):
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr
     assert "pip install --no-deps aitune==0.6.0" in proc.stderr
+
+
+def test_bench_without_its_extra_names_the_pip_install_to_run(tmp_path):
+    proc = _bench_smoke(tmp_path, "nvtx")  # what the reference's modules import: the bench extra brings it
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr
+    assert "'nvtx'" in proc.stderr and 'pip install "aitune_fast[bench]"' in proc.stderr, proc.stderr[-3000:]
+
+
+def test_bench_names_its_results_folder_first(tmp_path):
+    proc = _bench_smoke(tmp_path, "no-such-module")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0] == f"aitune_fast benchmark: results go to {tmp_path}"
+    assert (tmp_path / "bench.json").is_file() and (tmp_path / "results.md").is_file()
+
+
+def test_installed_bench_writes_to_a_new_temporary_folder_not_the_current_one(monkeypatch, tmp_path):
+    from aitune_fast.bench import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.default_results_dir("quick") == ROOT / "benches" / "results"  # in a checkout
+    installed = tmp_path / "venv" / "lib" / "site-packages" / "aitune_fast" / "bench" / "cli.py"
+    monkeypatch.setattr(cli, "__file__", str(installed))
+    out = cli.default_results_dir("smoke")
+    assert out.is_dir() and not any(out.iterdir()) and tmp_path not in out.parents
+    assert out.name.startswith("aitune_fast-bench-smoke-")
+    out.rmdir()
+
+
+def test_tuned_table_prints_a_profile_only_when_asked():
+    from aitune_fast.bench import aitune_tuned
+
+    row = dict.fromkeys(
+        "stock_us patched_us ratio fast_us fast_ratio stock_path_us patched_path_us fast_path_us fast_path_ratio "
+        "meta_ref_us meta_ours_us meta_ratio meta_compact_us meta_compact_ratio compact_us compact_ratio".split(),
+        1.0,
+    )
+    result = {"rows": {"mlp": row}, "key_eq_us": {"tuned": 1.0, "compact": 1.0}, "tensorrt": "installed"}
+    assert "cProfile" not in aitune_tuned.table(result)
+    assert "cProfile" in aitune_tuned.table({**result, "profile": "ncalls ..."})
+
+
+def test_tuned_child_loads_the_benchmark_stand_in_where_tensorrt_is_missing(tmp_path):
+    """From an installed package, with no TensorRT: `import aitune.torch` works on the stand-in the package ships,
+    and the workload says so (the test suite's own stand-in is not on the path here)."""
+    code = (
+        "import importlib.util, json; assert importlib.util.find_spec('tensorrt') is None\n"
+        "from aitune_fast.bench.aitune_tuned import STAND_IN_NOTE, _import_aitune\n"
+        "ait, trt = _import_aitune(); import tensorrt\n"
+        "print(json.dumps([trt == STAND_IN_NOTE, tensorrt.IS_AITUNE_FAST_STAND_IN, hasattr(ait, 'tune')]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True, True]
 
 
 # ------------------------------------------------------------------------------------------ release workflow

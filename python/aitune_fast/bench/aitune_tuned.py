@@ -17,11 +17,12 @@ three with a forward that does nothing (AITune's path alone).
   side).
 * compact keys: the modules tuned under the metadata-only patch, with backend keys rebuilt from JSON, i.e. never
   read through their Python view (``tensor_data``), which AITune's tuning does read on the backend key.
-* a cProfile breakdown of the llm_decode call on the call path (what remains).
+* with ``--profile``: a cProfile breakdown of the llm_decode call on the call path (what remains).
 
-If ``import aitune.torch`` fails, the workload is skipped with the reason. AITune imports ``tensorrt``
-unconditionally; where it is missing and this runs from a source checkout, the test fixture stand-in
-(``tests/fixtures/tensorrt_stub``, not TensorRT) is used: no TensorRT backend is measured here.
+If ``import aitune.torch`` fails, the workload is skipped with the reason and the command that installs what is
+missing. AITune imports ``tensorrt`` unconditionally; where TensorRT is not installed, the child loads the stand-in
+this package ships (``tensorrt_standin.py``, not TensorRT) under that name, and the report says so. No TensorRT
+backend runs here either way: the modules are tuned with TorchEager, which is what this workload measures.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from __future__ import annotations
 import copy
 import cProfile
 import gc
+import importlib.util
 import io
 import json
-import os
 import pstats
 import statistics
 import subprocess
@@ -43,21 +44,28 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 N_LAYERS = 24
-_STUB = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tensorrt_stub"
+STAND_IN = Path(__file__).with_name("tensorrt_standin.py")
+STAND_IN_NOTE = (
+    "stand-in: TensorRT is not installed, so aitune_fast.bench loaded its own `tensorrt` stand-in (not TensorRT) "
+    "to import AITune; the modules run on TorchEager, as with TensorRT installed"
+)
+# What `import aitune.torch` needs beyond the reference's metadata modules: AITune's own dependencies, less
+# TensorRT (the stand-in above) and torch-tensorrt; the message of a failed import names this command.
+AITUNE_DEPS_HINT = (
+    'install AITune\'s dependencies: `pip install "aitune_fast[aitune]"` where TensorRT installs, '
+    'else `pip install --no-deps aitune==0.6.0` and `pip install "aitune_fast[bench]"`'
+)
 
 
 # ---------------------------------------------------------------------------------------------- parent side
 
 
-def run(mode: str, out_dir: Path | None = None) -> tuple[int, dict[str, Any] | None]:
+def run(mode: str, out_dir: Path | None = None, profile: bool = False) -> tuple[int, dict[str, Any] | None]:
     """Run the workload in a child process and print its table: (exit status, 0 also when skipped; the result, None
     when skipped or failed)."""
-    env = dict(os.environ)
-    if _STUB.is_dir():
-        env["AITUNE_FAST_TENSORRT_STUB"] = str(_STUB)
-    cmd = [sys.executable, "-m", "aitune_fast.bench.aitune_tuned", "--mode", mode]
+    cmd = [sys.executable, "-m", "aitune_fast.bench.aitune_tuned", "--mode", mode] + (["--profile"] if profile else [])
     print("\naitune_tuned: tuning with AITune in a child process...", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         print(f"aitune_tuned: FAILED ({proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
@@ -111,10 +119,9 @@ def table(result: dict[str, Any]) -> str:
         f"llm_decode backend key == a call's metadata: {result['key_eq_us']['tuned']:.2f} µs as tuned "
         f"(AITune's tuning read its tensor_data), {result['key_eq_us']['compact']:.2f} µs compact",
         f"tensorrt: {result['tensorrt']}",
-        "",
-        "cProfile of the llm_decode_cp call on the call path (top by own time):",
-        result["profile"],
     ]
+    if result.get("profile"):
+        lines += ["", "cProfile of the llm_decode_cp call on the call path (top by own time):", result["profile"]]
     return "\n".join(lines)
 
 
@@ -148,19 +155,28 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _import_aitune() -> tuple[Any, str]:
+    """``aitune.torch``, and what ``tensorrt`` is here (installed, or the stand-in loaded where it is missing)."""
     try:
-        import tensorrt  # noqa: F401
+        import tensorrt
 
-        trt = "installed" if not getattr(tensorrt, "IS_AITUNE_FAST_TEST_FIXTURE", False) else "test fixture stand-in"
+        trt = "installed (not measured: the modules run on TorchEager)"
+        if getattr(tensorrt, "IS_AITUNE_FAST_TEST_FIXTURE", False):
+            trt = "the test suite's stand-in (tests/fixtures/tensorrt_stub), not TensorRT"
     except ImportError:
-        stub = os.environ.get("AITUNE_FAST_TENSORRT_STUB")
-        if not stub:
-            raise
-        sys.path.insert(0, stub)
-        trt = "test fixture stand-in (tests/fixtures/tensorrt_stub; TensorRT backends not measured)"
+        _load_stand_in()
+        trt = STAND_IN_NOTE
     import aitune.torch as ait
 
     return ait, trt
+
+
+def _load_stand_in() -> None:
+    """Load ``tensorrt_standin.py`` as the module ``tensorrt`` of this process."""
+    spec = importlib.util.spec_from_file_location("tensorrt", STAND_IN)
+    assert spec is not None and spec.loader is not None, STAND_IN
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tensorrt"] = module
+    spec.loader.exec_module(module)
 
 
 def _models(torch: Any) -> dict[str, Any]:
@@ -351,12 +367,12 @@ def _profile(tuned: Any, args: tuple, kwargs: dict, n: int) -> str:
     return f"({n} calls; per-call µs = tottime / {n} * 1e6)\n" + body.rstrip()
 
 
-def child(mode: str) -> dict[str, Any]:
+def child(mode: str, profile: bool = False) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     try:
         ait, trt = _import_aitune()
     except Exception as exc:  # noqa: BLE001 - any failure to import AITune skips the workload
-        return {"skip": f"`import aitune.torch` failed ({type(exc).__name__}: {exc}); install AITune's dependencies"}
+        return {"skip": f"`import aitune.torch` failed ({type(exc).__name__}: {exc}); {AITUNE_DEPS_HINT}"}
     import logging
 
     import aitune.torch.module.sample_metadata as reference_module
@@ -420,11 +436,13 @@ def child(mode: str) -> dict[str, Any]:
         row["compact_ratio"] = row["stock_us"] / max(row["compact_us"], 1e-9)
         row["meta_ratio"] = row["meta_ref_us"] / max(row["meta_ours_us"], 1e-9)
         row["meta_compact_ratio"] = row["meta_ref_us"] / max(row["meta_compact_us"], 1e-9)
-    aitune_fast.patch_aitune(call_path=True)
-    tuned, _, args, kwargs = patched["llm_decode_cp"]
-    profile = _profile(tuned, args, kwargs, n * 5)
+    result = {"rows": rows, "key_eq_us": key_eq, "tensorrt": trt, "mode": mode}
+    if profile:
+        aitune_fast.patch_aitune(call_path=True)
+        tuned, _, args, kwargs = patched["llm_decode_cp"]
+        result["profile"] = _profile(tuned, args, kwargs, n * 5)
     aitune_fast.unpatch_aitune()
-    return {"rows": rows, "key_eq_us": key_eq, "tensorrt": trt, "profile": profile, "mode": mode}
+    return result
 
 
 def _main() -> None:
@@ -433,8 +451,9 @@ def _main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=["full", "quick", "smoke"], default="quick")
     parser.add_argument("--table", action="store_true", help="print the table, not JSON")
+    parser.add_argument("--profile", action="store_true", help="add a cProfile breakdown of one call path call")
     ns = parser.parse_args()
-    result = child(ns.mode)
+    result = child(ns.mode, ns.profile)
     sys.stdout.flush()
     if ns.table and "rows" in result:
         print(table(result))

@@ -1,7 +1,7 @@
 """Where a tuned call's time goes on aitune_fast's call path: each step timed on a tuned module's real objects.
 
-``python -m aitune_fast.bench.call_steps`` (needs ``import aitune.torch``; from a source checkout the test fixture
-stand-in for ``tensorrt`` is used where TensorRT is missing). The modules are ``aitune_tuned``'s; each step's cost
+``python -m aitune_fast.bench.call_steps`` (needs ``import aitune.torch``; where TensorRT is missing, the
+benchmark's stand-in for ``tensorrt`` is loaded). The modules are ``aitune_tuned``'s; each step's cost
 is the difference between two nested calls timed alone (median µs of the thread's CPU time over interleaved
 rounds, collector paused):
 
@@ -18,7 +18,6 @@ rounds, collector paused):
 from __future__ import annotations
 
 import gc
-import os
 import statistics
 import sys
 import time
@@ -92,8 +91,6 @@ def steps(tuned: Any, args: tuple, kwargs: dict, rounds: int, n: int) -> dict[st
 
 def main() -> None:
     warnings.filterwarnings("ignore")
-    if aitune_tuned._STUB.is_dir():
-        os.environ.setdefault("AITUNE_FAST_TENSORRT_STUB", str(aitune_tuned._STUB))
     ait, _ = aitune_tuned._import_aitune()
     import logging
 

@@ -14,13 +14,14 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import memory, report, scaling, timing
+from . import aitune_tuned, memory, report, scaling, timing
 from .impls import (
     OPTREE_NAMESPACE,
     Impl,
@@ -108,11 +109,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="fewer repeats and no scale_1m: under a minute")
     mode.add_argument("--smoke", action="store_true", help="tiny run that checks the harness works (CI)")
-    parser.add_argument("--out", type=Path, help="results folder (default: benches/results, or .../smoke)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="results folder (default: benches/results, or .../smoke, in a checkout; elsewhere a new folder "
+        "under the system's temporary folder; the first line of output names it)",
+    )
     parser.add_argument("--repeats", type=int, help="interleaved repeats per cell (default: 15, quick 5, smoke 1)")
     parser.add_argument("--target-ms", type=float, help="time of one repeat's loop (default: 20)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="aitune_tuned: also print a cProfile breakdown of one tuned call on aitune_fast's call path",
+    )
     parser.add_argument(
         "--scaling",
         action=argparse.BooleanOptionalAction,
@@ -157,17 +168,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.repeats < 1 or args.target_ms <= 0:
         parser.error("--repeats must be at least 1 and --target-ms positive")
     if args.out is None:
-        args.out = default_results_dir() / ("smoke" if args.mode == "smoke" else "")
+        args.out = default_results_dir(args.mode)
     return args
 
 
-def default_results_dir() -> Path:
-    """``benches/results`` of the checkout this package lives in, else of the current folder."""
+def default_results_dir(mode: str) -> Path:
+    """``benches/results`` (``.../smoke`` for a smoke run) of the checkout this package lives in; installed
+    from a wheel, a new folder under the system's temporary folder (never the user's current folder)."""
     here = Path(__file__).resolve()
     for parent in here.parents:
         if (parent / "benches").is_dir() and (parent / "Cargo.toml").is_file():
-            return parent / "benches" / "results"
-    return Path.cwd() / "benches" / "results"
+            return parent / "benches" / "results" / ("smoke" if mode == "smoke" else "")
+    return Path(tempfile.mkdtemp(prefix=f"aitune_fast-bench-{mode}-"))
 
 
 def repeats_for(workload: Workload, args: argparse.Namespace) -> int:
@@ -372,21 +384,38 @@ def _setup_weight(workload: Workload) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.only_aitune_tuned:
-        from . import aitune_tuned
-
-        return aitune_tuned.run(args.mode, args.out)[0]
-    rc, tuned_rows = 0, []
+    print(f"aitune_fast benchmark: results go to {args.out}", flush=True)
+    rc, tuned = 0, {}
     if args.aitune_tuned:
-        from . import aitune_tuned
+        rc, result = aitune_tuned.run(args.mode, args.out, profile=args.profile)
+        tuned = result or {}
+    if args.only_aitune_tuned:
+        return rc
+    return max(rc, _main(args, tuned))
 
-        rc, result = aitune_tuned.run(args.mode, args.out)
-        tuned_rows = aitune_tuned.report_rows(result or {})
-    return max(rc, _main(args, tuned_rows))
+
+@dataclass
+class Run:
+    """One run of the metadata benchmark: what every step reads, and what they add up."""
+
+    args: argparse.Namespace
+    ref: Impl
+    fast: Impl
+    progress: Progress
+    rows: list[dict[str, Any]]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def impls(self) -> list[Impl]:
+        return [self.ref, self.fast]
+
+    @property
+    def target_s(self) -> float:
+        return float(self.args.target_ms) / 1e3
 
 
-def _main(args: argparse.Namespace, tuned_rows: list[dict[str, Any]]) -> int:
-    """The metadata benchmark; `tuned_rows` (the tuned-call rows) lead its table and chart."""
+def _main(args: argparse.Namespace, tuned: dict[str, Any]) -> int:
+    """The metadata benchmark; the rows of `tuned` (``aitune_tuned``'s result) lead its table and chart."""
     torch.set_num_threads(args.threads)
     try:
         ref = load_reference_impl()
@@ -394,29 +423,48 @@ def _main(args: argparse.Namespace, tuned_rows: list[dict[str, Any]]) -> int:
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    impls = [ref, fast]
-    register_user_types(*impls)
+    register_user_types(ref, fast)
     register_optree()
     # Long-lived objects (torch's modules, then each workload's inputs and metadata) are frozen out of the
     # collector's reach, so that the gc.collect() before each repeat costs little and collects only
     # garbage; the collector-on rows unfreeze them, so that automatic collections scan the real heap.
     gc.collect()
     gc.freeze()
+    plan = [(w, ops_for(w, args)) for w in (WORKLOADS[name] for name in args.workload_names)]
+    progress = Progress(_total_weight(args, plan), enabled=not args.no_progress)
+    run = Run(args, ref, fast, progress, rows=aitune_tuned.report_rows(tuned))
+    _announce(run)
+    for workload, ops in plan:
+        _run_workload(run, workload, ops)
+    scaling_result = _run_scaling(run)
+    progress.close()
+    meta = environment(args, ref, fast)
+    if "tensorrt" in tuned:
+        meta["aitune_tuned_tensorrt"] = tuned["tensorrt"]
+    result: dict[str, Any] = {"meta": meta, "rows": run.rows, "problems": run.problems}
+    if scaling_result:
+        result["scaling"] = scaling_result
+    chart_error = _write_results(args.out, result)
+    _print_summary(run, result, chart_error)
+    return _report_problems(run.problems)
 
-    workloads = [WORKLOADS[name] for name in args.workload_names]
-    plan = [(w, ops_for(w, args)) for w in workloads]
-    target_s = args.target_ms / 1e3
-    total = 0.0
+
+def _total_weight(args: argparse.Namespace, plan: list[tuple[Workload, list[Op]]]) -> float:
+    """The progress bar's total: every set-up, timed repeat and memory measurement, weighted by its cost."""
+    total, n_impls = 0.0, 2
     for w, ops in plan:
         total += 2 * _setup_weight(w)  # build, check
         for op in ops:
-            n = len(impls) + (2 if op.traversal_input else 0)
-            unit = _unit_weight(w, op, target_s)
+            n = n_impls + (2 if op.traversal_input else 0)
+            unit = _unit_weight(w, op, args.target_ms / 1e3)
             total += unit * (n * (1 + repeats_for(w, args)) + (2 * MEMORY_UNITS if op.measures_memory else 0))
-    scaling_weight = scaling.SECONDS[args.mode] if args.scaling else 0.0
-    progress = Progress(total + scaling_weight, enabled=not args.no_progress)
+    return total + (scaling.SECONDS[args.mode] if args.scaling else 0.0)
+
+
+def _announce(run: Run) -> None:
+    args, fast = run.args, run.fast
     print(
-        f"aitune_fast benchmark ({args.mode}): {fast.label} vs {ref.label}; "
+        f"aitune_fast benchmark ({args.mode}): {fast.label} vs {run.ref.label}; "
         f"{args.repeats} interleaved repeats of ~{args.target_ms:g} ms loops, collector paused",
         file=sys.stderr,
     )
@@ -428,99 +476,123 @@ def _main(args: argparse.Namespace, tuned_rows: list[dict[str, Any]]) -> int:
             file=sys.stderr,
         )
 
-    rows: list[dict[str, Any]] = list(tuned_rows)
-    problems: list[str] = []
-    for workload, ops in plan:
-        progress.set_label(f"{workload.name}: building")
-        need_trained = any(op.measures_memory for op in ops)
-        wl: dict[str, Any] = {"a": workload.make(), "b": workload.make()}
-        if need_trained:
-            wl["a2"] = workload.make(2 * workload.batch)
-        wl["flat_a"], wl["flat_b"] = flatten_tensors(wl["a"]), flatten_tensors(wl["b"])
-        state = {impl.key: build_state(impl, workload, wl, need_trained) for impl in impls}
-        wl.pop("a2", None)
-        gc.collect()
-        gc.freeze()
-        progress.advance(_setup_weight(workload))
-        progress.set_label(f"{workload.name}: checking agreement")
-        problems += check_agreement(ref, fast, workload, state)
-        progress.advance(_setup_weight(workload))
-        repeats = repeats_for(workload, args)
-        for op in ops:
-            progress.set_label(f"{workload.name}: {op.label}")
-            unit = _unit_weight(workload, op, target_s)
-            row: dict[str, Any] = {"workload": workload.name, "op": op.name, "label": op.label, "gc_on": op.gc_on}
-            try:
-                cands = candidates_for(op, impls, state, wl)
-                if op.gc_on:
-                    gc.unfreeze()
-                times = timing.measure(
-                    cands, repeats, target_s, op.gc_on, tick=functools.partial(progress.advance, unit)
-                )
-                row["times"] = {key: times[key].to_json() if key in times else None for key in report.COLUMNS}
-                row["stmts"] = {c.key: c.stmt for c in cands}
-            except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the whole run
-                problems.append(f"{workload.name}: {op.name}: raised {type(exc).__name__}: {exc}")
-                row["times"] = dict.fromkeys(report.COLUMNS)
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                gc.freeze()
-            row["ratios"] = report.ratios(row)
-            if op.measures_memory and "error" not in row:
-                row["memory"] = {}
-                for impl in impls:
-                    st = state[impl.key]
-                    make_batch = functools.partial(st["mt"].make_batch, st["a"], st["bs"])
-                    row["memory"][impl.key] = memory.peak_memory(make_batch, large=workload.tensors >= 1_000_000)
-                    progress.advance(MEMORY_UNITS * unit)
-            rows.append(row)
-        gc.unfreeze()
-        del state, wl
-        gc.collect()
-        gc.freeze()
-    scaling_result = None
-    if args.scaling and not fast.stand_in:
-        progress.set_label("scaling: 10k/100k/1M tensors, one process each")
-        try:
-            scaling_result = scaling.run(args.mode, args.threads)
-        except Exception as exc:  # noqa: BLE001 - reported, never fatal
-            problems.append(f"scaling: raised {type(exc).__name__}: {exc}")
-        progress.advance(scaling_weight)
-    progress.close()
 
-    result = {"meta": environment(args, ref, fast), "rows": rows, "problems": problems}
-    if scaling_result:
-        result["scaling"] = scaling_result
-    out: Path = args.out
+def _run_workload(run: Run, workload: Workload, ops: list[Op]) -> None:
+    """Build one workload for both implementations, check that they agree, then time each operation."""
+    progress = run.progress
+    progress.set_label(f"{workload.name}: building")
+    need_trained = any(op.measures_memory for op in ops)
+    wl: dict[str, Any] = {"a": workload.make(), "b": workload.make()}
+    if need_trained:
+        wl["a2"] = workload.make(2 * workload.batch)
+    wl["flat_a"], wl["flat_b"] = flatten_tensors(wl["a"]), flatten_tensors(wl["b"])
+    state = {impl.key: build_state(impl, workload, wl, need_trained) for impl in run.impls}
+    wl.pop("a2", None)
+    gc.collect()
+    gc.freeze()
+    progress.advance(_setup_weight(workload))
+    progress.set_label(f"{workload.name}: checking agreement")
+    run.problems += check_agreement(run.ref, run.fast, workload, state)
+    progress.advance(_setup_weight(workload))
+    for op in ops:
+        progress.set_label(f"{workload.name}: {op.label}")
+        row = _time_op(run, workload, op, state, wl)
+        if op.measures_memory and "error" not in row:
+            row["memory"] = _measure_memory(run, workload, op, state)
+        run.rows.append(row)
+    gc.unfreeze()
+    del state, wl
+    gc.collect()
+    gc.freeze()
+
+
+def _time_op(run: Run, workload: Workload, op: Op, state: dict[str, dict[str, Any]], wl: dict[str, Any]) -> dict:
+    """One row of the table: every column's times for one operation on one workload, and the ratios."""
+    unit = _unit_weight(workload, op, run.target_s)
+    row: dict[str, Any] = {"workload": workload.name, "op": op.name, "label": op.label, "gc_on": op.gc_on}
+    try:
+        cands = candidates_for(op, run.impls, state, wl)
+        if op.gc_on:
+            gc.unfreeze()
+        tick = functools.partial(run.progress.advance, unit)
+        times = timing.measure(cands, repeats_for(workload, run.args), run.target_s, op.gc_on, tick=tick)
+        row["times"] = {key: times[key].to_json() if key in times else None for key in report.COLUMNS}
+        row["stmts"] = {c.key: c.stmt for c in cands}
+    except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the whole run
+        run.problems.append(f"{workload.name}: {op.name}: raised {type(exc).__name__}: {exc}")
+        row["times"] = dict.fromkeys(report.COLUMNS)
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        gc.freeze()
+    row["ratios"] = report.ratios(row)
+    return row
+
+
+def _measure_memory(run: Run, workload: Workload, op: Op, state: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Peak memory of one ``make_batch`` call per implementation, each in a forked child."""
+    out = {}
+    for impl in run.impls:
+        st = state[impl.key]
+        make_batch = functools.partial(st["mt"].make_batch, st["a"], st["bs"])
+        out[impl.key] = memory.peak_memory(make_batch, large=workload.tensors >= 1_000_000)
+        run.progress.advance(MEMORY_UNITS * _unit_weight(workload, op, run.target_s))
+    return out
+
+
+def _run_scaling(run: Run) -> dict[str, Any] | None:
+    if not run.args.scaling or run.fast.stand_in:
+        return None
+    run.progress.set_label("scaling: 10k/100k/1M tensors, one process each")
+    try:
+        return scaling.run(run.args.mode, run.args.threads)
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        run.problems.append(f"scaling: raised {type(exc).__name__}: {exc}")
+        return None
+    finally:
+        run.progress.advance(scaling.SECONDS[run.args.mode])
+
+
+def _write_results(out: Path, result: dict[str, Any]) -> str | None:
+    """``bench.json``, ``speedups.png`` and ``results.md`` in `out`; why the chart was not drawn, or None."""
     report.write_json(out / "bench.json", result)
     chart_error = report.write_chart(out / "speedups.png", result)
     (out / "results.md").write_text(report.markdown(result))
+    return chart_error
 
+
+def _print_summary(run: Run, result: dict[str, Any], chart_error: str | None) -> None:
+    args, fast, out = run.args, run.fast, run.args.out
     print()
     if fast.stand_in:
         print("NOTE: the reference stands in for aitune_fast (harness test); the ratios mean nothing.\n")
     elif info := runtime_info(fast):
         print(f"aitune_fast tensor reader: {info['tensor_reader']} (torch {info['torch']}, Python {info['python']})\n")
-    print(report.time_table(rows))
-    mem = report.memory_table(rows)
+    print(report.time_table(run.rows))
+    if trt := result["meta"].get("aitune_tuned_tensorrt"):
+        print(f"tuned rows: AITune's TorchEager backend; tensorrt: {trt}")
+    mem = report.memory_table(run.rows)
     if mem:
         print("\nmake_batch peak memory (one call, forked child; RSS includes tensor storage):\n")
         print(mem)
-    if scaling_result:
+    if scaling_result := result.get("scaling"):
         print("\naitune_fast per tensor by size (fresh process per size, caches flushed before each call):\n")
-        print(scaling.table(scaling_result))
-        print(scaling.fault_note(scaling_result))
+        print(report.scaling_table(scaling_result))
+        print(report.fault_note(scaling_result))
+    big = any(WORKLOADS[name].tensors >= 1_000_000 for name in args.workload_names)
     print(
         "\nratios: baseline time / aitune_fast time (above 1x: aitune_fast is faster); "
         f"median per call of {args.repeats} interleaved repeats"
-        + (" (3 on scale_1m)" if any(w.tensors >= 1_000_000 for w in workloads) and args.repeats > 3 else "")
+        + (" (3 on scale_1m)" if big and args.repeats > 3 else "")
     )
     print(f"results: {out / 'bench.json'}, {out / 'results.md'}" + ("" if chart_error else f", {out / 'speedups.png'}"))
     if chart_error:
         print(f"no chart: {chart_error}")
-    if problems:
-        print("\nPROBLEMS (the implementations disagree or failed; see bench.json):", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    return 0
+
+
+def _report_problems(problems: list[str]) -> int:
+    if not problems:
+        return 0
+    print("\nPROBLEMS (the implementations disagree or failed; see bench.json):", file=sys.stderr)
+    for p in problems:
+        print(f"  - {p}", file=sys.stderr)
+    return 1

@@ -10,6 +10,8 @@ from typing import Any
 from .workloads import BatchEncoding, Cache, Layer
 
 OPTREE_NAMESPACE = "aitune_fast.bench"
+# what to run when a module the benchmark needs is missing
+BENCH_EXTRA = 'pip install "aitune_fast[bench]"'
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,14 @@ def load_reference_impl() -> Impl:
 
     from aitune_fast._reference import load_reference
 
-    ref = load_reference()
+    try:
+        ref = load_reference()
+    except ModuleNotFoundError as exc:  # a module the reference imports (nvtx, tabulate), not aitune itself
+        missing = (exc.name or "?").split(".")[0]
+        raise ImportError(
+            f"the reference (aitune) needs the module {missing!r}, which is not installed: run `{BENCH_EXTRA}` "
+            "(the benchmark's extra brings what the reference's metadata modules import)"
+        ) from exc
     try:
         ver = version("aitune")
     except PackageNotFoundError:  # pragma: no cover - load_reference would have failed first
@@ -94,8 +103,7 @@ def load_optree() -> Any | None:
         import optree
     except ImportError:
         print(
-            "note: optree is not installed: the optree baseline is skipped "
-            "(`pip install 'aitune_fast[bench]'` brings it)",
+            f"note: optree is not installed: the optree baseline is skipped (`{BENCH_EXTRA}` brings it)",
             file=sys.stderr,
         )
         return None

@@ -1,4 +1,5 @@
-"""The report: a text table on stdout, ``bench.json`` and ``speedups.png``."""
+"""The report: the tables (``tabulate``: plain text on stdout, Markdown in ``results.md``), ``bench.json`` and
+``speedups.png``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from tabulate import tabulate
+
+from . import scaling
 
 COLUMNS = ("reference", "optree", "floor", "aitune_fast")
 
@@ -50,19 +55,14 @@ def ratios(row: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def _render(header: list[str], body: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), rule, *(line(r) for r in body)])
+def _table(header: list[str], body: list[list[str]], left: int, fmt: str) -> str:
+    """``body`` under ``header``, the first ``left`` columns aligned left and the rest right; ``fmt`` is a
+    ``tabulate`` format: ``simple`` for the terminal, ``pipe`` for Markdown."""
+    align = ["left"] * left + ["right"] * (len(header) - left)
+    return tabulate(body, headers=header, tablefmt=fmt, colalign=align, disable_numparse=True)
 
 
-def time_table(rows: list[dict[str, Any]]) -> str:
+def time_table(rows: list[dict[str, Any]], fmt: str = "simple") -> str:
     header = ["workload", "operation", *COLUMNS, "ref/fast", "optree/fast", "floor/fast"]
     body = []
     for row in rows:
@@ -77,10 +77,27 @@ def time_table(rows: list[dict[str, Any]]) -> str:
                 fmt_ratio(r["floor"]),
             ]
         )
-    return _render(header, body, right=set(range(2, len(header))))
+    return _table(header, body, left=2, fmt=fmt)
 
 
-def memory_table(rows: list[dict[str, Any]]) -> str:
+def _memory_cells(workload: str, key: str, m: dict[str, Any], ref_rss: int | None) -> list[str]:
+    if "error" in m:
+        return [workload, key, f"error: {m['error']}", "", "", ""]
+    ratio = ""
+    if key == "aitune_fast" and ref_rss is not None and m.get("peak_rss_bytes"):
+        ratio = fmt_ratio(ref_rss / m["peak_rss_bytes"])
+    return [
+        workload,
+        key,
+        fmt_bytes(m.get("peak_rss_bytes")),
+        fmt_bytes(m.get("python_peak_bytes")),
+        fmt_bytes(m.get("output_tensor_bytes")),
+        ratio,
+    ]
+
+
+def memory_table(rows: list[dict[str, Any]], fmt: str = "simple") -> str:
+    """Peak memory of ``make_batch`` per implementation ("" when no row measured it)."""
     header = ["workload", "implementation", "peak RSS", "Python heap peak", "output tensors", "ref/fast RSS"]
     body = []
     for row in rows:
@@ -88,38 +105,35 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
         if not mem:
             continue
         ref_rss = (mem.get("reference") or {}).get("peak_rss_bytes")
-        for key in ("reference", "aitune_fast"):
-            m = mem.get(key) or {}
-            if "error" in m:
-                body.append([row["workload"], key, f"error: {m['error']}", "", "", ""])
-                continue
-            ratio = ""
-            if key == "aitune_fast" and ref_rss is not None and m.get("peak_rss_bytes"):
-                ratio = fmt_ratio(ref_rss / m["peak_rss_bytes"])
-            body.append(
-                [
-                    row["workload"],
-                    key,
-                    fmt_bytes(m.get("peak_rss_bytes")),
-                    fmt_bytes(m.get("python_peak_bytes")),
-                    fmt_bytes(m.get("output_tensor_bytes")),
-                    ratio,
-                ]
-            )
-    return _render(header, body, right={2, 3, 4, 5}) if body else ""
+        body += [
+            _memory_cells(row["workload"], key, mem.get(key) or {}, ref_rss) for key in ("reference", "aitune_fast")
+        ]
+    return _table(header, body, left=2, fmt=fmt) if body else ""
 
 
-def _md_table(text_table: str, left: int = 2) -> str:
-    """The fixed-width table as a Markdown table (columns are separated by two or more spaces)."""
-    import re
+def scaling_table(result: dict[str, Any], fmt: str = "simple") -> str:
+    """aitune_fast per tensor at each size of a scaling run (``scaling.run``), and the ratio to the smallest."""
+    sizes = result["sizes"]
+    header = (
+        ["operation"]
+        + [f"{s['tensors']:,}" for s in sizes]
+        + [f"x at {s['tensors']:,} (less faults)" for s in sizes[1:]]
+    )
+    body = []
+    for name in scaling.OPS:
+        cells = [s["ops"][name] for s in sizes]
+        body.append(
+            [name]
+            + [f"{c['ns_per_tensor']:.0f} ns ({c['minor_faults']:,.0f} faults)" for c in cells]
+            + [f"{c['vs_smallest']:.2f}x ({c['vs_smallest_less_faults']:.2f}x)" for c in cells[1:]]
+        )
+    return _table(header, body, left=1, fmt=fmt)
 
-    lines = [line for line in text_table.splitlines() if line.strip() and not set(line) <= {"-", " "}]
-    cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    width = len(cells[0])
-    cells = [row + [""] * (width - len(row)) for row in cells]
-    out = ["| " + " | ".join(cells[0]) + " |", "|" + "|".join(["---"] * left + ["---:"] * (width - left)) + "|"]
-    out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
-    return "\n".join(out)
+
+def fault_note(result: dict[str, Any]) -> str:
+    """What one page fault cost in each size's process of a scaling run."""
+    costs = ", ".join(f"{s['fault_s'] * 1e6:.1f} µs at {s['tensors']:,}" for s in result["sizes"])
+    return f"one minor page fault (a fresh 64 MiB mapping touched page by page): {costs}"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -150,15 +164,15 @@ def markdown(report: dict[str, Any]) -> str:
         f"{meta['target_ms']:g} ms, collector paused except in the `(gc on)` row. Ratios are baseline time / "
         "aitune_fast time: above 1x, aitune_fast is faster. Method: `benches/README.md`.",
         "",
-        _md_table(time_table(report["rows"])),
+        time_table(report["rows"], "pipe"),
     ]
-    mem = memory_table(report["rows"])
+    if trt := meta.get("aitune_tuned_tensorrt"):
+        parts += ["", f"The `tuned` rows: AITune-tuned modules on AITune's TorchEager backend; `tensorrt`: {trt}."]
+    mem = memory_table(report["rows"], "pipe")
     if mem:
         parts += ["", "## make_batch peak memory", "", "One call, in a forked child; RSS includes tensor storage.", ""]
-        parts.append(_md_table(mem))
+        parts.append(mem)
     if report.get("scaling"):
-        from .scaling import fault_note, table
-
         parts += [
             "",
             "## Scaling",
@@ -167,7 +181,7 @@ def markdown(report: dict[str, Any]) -> str:
             "timed alone after a 64 MiB buffer is written (caches flushed), median per call; minor page "
             "faults per call in brackets. Ratios against the smallest size (`benches/README.md`).",
             "",
-            _md_table(table(report["scaling"]), left=1),
+            scaling_table(report["scaling"], "pipe"),
             "",
             fault_note(report["scaling"]) + ".",
         ]
@@ -194,7 +208,7 @@ def write_chart(path: Path, report: dict[str, Any]) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        return f"matplotlib is not available ({exc})"
+        return f'matplotlib is not available ({exc}): `pip install "aitune_fast[bench]"` brings it'
 
     rows = [r for r in report["rows"] if r["ratios"]["reference"]]
     if not rows:

@@ -134,33 +134,6 @@ def run(mode: str, threads: int = 1) -> dict[str, Any]:
     }
 
 
-def table(scaling: dict[str, Any]) -> str:
-    """Per tensor at each size, and the ratio to the smallest size."""
-    from .report import _render
-
-    sizes = scaling["sizes"]
-    header = (
-        ["operation"]
-        + [f"{s['tensors']:,}" for s in sizes]
-        + [f"x at {s['tensors']:,} (less faults)" for s in sizes[1:]]
-    )
-    body = []
-    for name in OPS:
-        cells = [s["ops"][name] for s in sizes]
-        body.append(
-            [name]
-            + [f"{c['ns_per_tensor']:.0f} ns ({c['minor_faults']:,.0f} faults)" for c in cells]
-            + [f"{c['vs_smallest']:.2f}x ({c['vs_smallest_less_faults']:.2f}x)" for c in cells[1:]]
-        )
-    return _render(header, body, set(range(1, len(header))))
-
-
-def fault_note(scaling: dict[str, Any]) -> str:
-    """What one page fault cost in each size's process."""
-    costs = ", ".join(f"{s['fault_s'] * 1e6:.1f} µs at {s['tensors']:,}" for s in scaling["sizes"])
-    return f"one minor page fault (a fresh 64 MiB mapping touched page by page): {costs}"
-
-
 def main(argv: list[str]) -> None:
     """One size, printed as one JSON object: ``TENSORS [CALLS]``."""
     n = int(argv[0])
