@@ -2,7 +2,7 @@
 //! that a one-shape tensor's multipliers follow from the batch size.
 
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
 use crate::tensor_spec::multiplier;
@@ -13,14 +13,14 @@ struct Torch {
     dtype: Py<PyType>,
 }
 
-static TORCH: GILOnceCell<Torch> = GILOnceCell::new();
+static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
 
 fn torch(py: Python<'_>) -> PyResult<&'static Torch> {
     TORCH.get_or_try_init(py, || {
         let m = py.import("torch")?;
         Ok(Torch {
-            dict: m.getattr("__dict__")?.downcast_into::<PyDict>()?.unbind(),
-            dtype: m.getattr("dtype")?.downcast_into::<PyType>()?.unbind(),
+            dict: m.getattr("__dict__")?.cast_into::<PyDict>()?.unbind(),
+            dtype: m.getattr("dtype")?.cast_into::<PyType>()?.unbind(),
         })
     })
 }

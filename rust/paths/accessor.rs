@@ -43,11 +43,7 @@ impl Accessor {
     pub fn from_py(key: &Bound<'_, PyAny>) -> Accessor {
         if key.is_exact_instance_of::<PyString>() {
             // SAFETY: exact str checked above
-            return Accessor::Str(
-                unsafe { key.downcast_unchecked::<PyString>() }
-                    .clone()
-                    .unbind(),
-            );
+            return Accessor::Str(unsafe { key.cast_unchecked::<PyString>() }.clone().unbind());
         }
         if key.is_exact_instance_of::<PyInt>() {
             if let Ok(v) = key.extract::<i64>() {

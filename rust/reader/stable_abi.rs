@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 
 type Handle = *mut c_void;
 type FromPy = unsafe extern "C" fn(py_obj: *mut c_void, ret: *mut Handle) -> i32;
@@ -41,7 +41,7 @@ pub struct StableAbi {
     dtype: GetI32,
 }
 
-static STABLE: GILOnceCell<Option<StableAbi>> = GILOnceCell::new();
+static STABLE: PyOnceLock<Option<StableAbi>> = PyOnceLock::new();
 /// Set by tests to take the Python path for the extent even where torch has the functions.
 static OFF: AtomicBool = AtomicBool::new(false);
 
@@ -196,7 +196,7 @@ pub fn stats() -> (u64, u64) {
 }
 
 /// Torch dtype objects by stable-ABI dtype code (c10's ScalarType numbering).
-static DTYPES: GILOnceCell<Vec<Option<Py<PyAny>>>> = GILOnceCell::new();
+static DTYPES: PyOnceLock<Vec<Option<Py<PyAny>>>> = PyOnceLock::new();
 
 fn build_table(py: Python<'_>, abi: &StableAbi) -> PyResult<Vec<Option<Py<PyAny>>>> {
     let probes = py

@@ -19,7 +19,7 @@ const DICT_KEYS: [&str; 4] = ["tensor_data", "other_data", "strict", "llm_phase"
 /// `ExactSampleMetadata` (the reference's pickled dicts never do).
 pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_dict";
-    let d = data.downcast::<PyDict>().map_err(|_| {
+    let d = data.cast::<PyDict>().map_err(|_| {
         PyValueError::new_err(format!(
             "{WHAT}: expected a dict (as to_dict() returns), got {}",
             type_name(data)
@@ -27,7 +27,7 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
     })?;
     for k in d.keys() {
         let known = k
-            .downcast_exact::<PyString>()
+            .cast_exact::<PyString>()
             .ok()
             .and_then(|s| s.to_str().ok().map(|t| DICT_KEYS.contains(&t)))
             .unwrap_or(false);
@@ -44,7 +44,7 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
     };
     let strict = get("strict")?;
     let strict = strict
-        .downcast_exact::<PyBool>()
+        .cast_exact::<PyBool>()
         .map_err(|_| {
             PyValueError::new_err(format!(
                 "{WHAT}: strict must be a bool, got {}",
@@ -70,9 +70,9 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
     for (key, doc) in [("tensor_data", Doc::Tensors), ("other_data", Doc::Others)] {
         let v = get(key)?;
         let owned: Vec<u8>;
-        let bytes: &[u8] = if let Ok(bb) = v.downcast_exact::<PyBytes>() {
+        let bytes: &[u8] = if let Ok(bb) = v.cast_exact::<PyBytes>() {
             bb.as_bytes()
-        } else if let Ok(ba) = v.downcast_exact::<PyByteArray>() {
+        } else if let Ok(ba) = v.cast_exact::<PyByteArray>() {
             owned = ba.to_vec();
             &owned
         } else {

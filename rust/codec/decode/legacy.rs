@@ -17,7 +17,7 @@ pub(super) fn legacy_rows<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let m = py.import("aitune_fast._legacy")?;
     let rows = m.getattr(func)?.call1((PyBytes::new(py, data),))?;
-    Ok(rows.downcast_into::<PyList>()?)
+    Ok(rows.cast_into::<PyList>()?)
 }
 
 fn bad_row(what: &str, list: &str, i: usize, msg: impl std::fmt::Display) -> PyErr {
@@ -60,7 +60,7 @@ fn legacy_tensor<'py>(b: &mut Build<'py>, row: &Bound<'py, PyAny>) -> PyResult<(
     let node = legacy_path(b, &steps)?;
     let mut dims = Vec::with_capacity(shape.len());
     for d in &shape {
-        if let Ok(s) = d.downcast::<PyString>() {
+        if let Ok(s) = d.cast::<PyString>() {
             dims.push(Dim::parse(s.to_str()?));
         } else {
             dims.push(Dim::Int(d.extract()?));

@@ -112,7 +112,7 @@ fn phase<'py>(
 ) -> PyResult<Option<Bound<'py, PyString>>> {
     match &md.llm_phase {
         None => Ok(None),
-        Some(p) => match p.bind(py).downcast_exact::<PyString>() {
+        Some(p) => match p.bind(py).cast_exact::<PyString>() {
             Ok(s) => Ok(Some(s.clone())),
             Err(_) => Err(PyTypeError::new_err(format!(
                 "{what}: llm_phase must be a str or None, got {}",

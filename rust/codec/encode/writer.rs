@@ -172,7 +172,7 @@ impl<'py> Enc<'py> {
                 // lone surrogates: escape them
                 let b =
                     s.call_method1(pyo3::intern!(self.py, "encode"), ("utf-8", "surrogatepass"))?;
-                let b = b.downcast::<PyBytes>()?;
+                let b = b.cast::<PyBytes>()?;
                 if jt::write_wtf8(&mut self.out, b.as_bytes()) {
                     Ok(())
                 } else {
@@ -233,7 +233,7 @@ impl<'py> Enc<'py> {
     pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
         if v.is_exact_instance_of::<PyList>() {
             self.array(v, false, Self::exact)
-        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
+        } else if let Ok(d) = v.cast_exact::<PyDict>() {
             self.exact_dict(v, d)
         } else if v.is_exact_instance_of::<PyTuple>() {
             self.tagged_array("$tuple", v)
@@ -261,7 +261,7 @@ impl<'py> Enc<'py> {
         let mut plain = true;
         for kv in items.iter() {
             let k = kv.get_item(0)?;
-            plain = match k.downcast_exact::<PyString>() {
+            plain = match k.cast_exact::<PyString>() {
                 Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
                 Err(_) => false,
             };
@@ -276,7 +276,7 @@ impl<'py> Enc<'py> {
                     self.out.push(',');
                 }
                 let k = kv.get_item(0)?;
-                self.pystr(k.downcast::<PyString>()?)?;
+                self.pystr(k.cast::<PyString>()?)?;
                 self.out.push(':');
                 self.exact(&kv.get_item(1)?)?;
             }
@@ -307,16 +307,16 @@ impl<'py> Enc<'py> {
         let py = self.py;
         if v.is_none() {
             self.out.push_str("null");
-        } else if let Ok(b) = v.downcast_exact::<PyBool>() {
+        } else if let Ok(b) = v.cast_exact::<PyBool>() {
             self.out
                 .push_str(if b.is_true() { "true" } else { "false" });
         } else if v.is_exact_instance_of::<PyInt>() {
             self.int(v)?;
-        } else if let Ok(f) = v.downcast_exact::<PyFloat>() {
+        } else if let Ok(f) = v.cast_exact::<PyFloat>() {
             self.float(f.value());
-        } else if let Ok(s) = v.downcast_exact::<PyString>() {
+        } else if let Ok(s) = v.cast_exact::<PyString>() {
             self.pystr(s)?;
-        } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
+        } else if let Ok(b) = v.cast_exact::<PyBytes>() {
             self.tagged_open("$bytes")?;
             self.out.push('"');
             for byte in b.as_bytes() {
@@ -326,7 +326,7 @@ impl<'py> Enc<'py> {
             }
             self.out.push('"');
             self.close('}');
-        } else if let Ok(c) = v.downcast_exact::<PyComplex>() {
+        } else if let Ok(c) = v.cast_exact::<PyComplex>() {
             self.tagged_open("$complex")?;
             self.out.push('[');
             self.float(c.real());
@@ -388,7 +388,7 @@ impl<'py> Enc<'py> {
         {
             return self.array(v, true, Self::lossy);
         }
-        if let Ok(d) = v.downcast_exact::<PyDict>() {
+        if let Ok(d) = v.cast_exact::<PyDict>() {
             self.enter(v, true)?;
             self.open('{')?;
             for (i, kv) in d.items().iter().enumerate() {
@@ -396,7 +396,7 @@ impl<'py> Enc<'py> {
                     self.out.push(',');
                 }
                 let k = kv.get_item(0)?;
-                if let Ok(s) = k.downcast_exact::<PyString>() {
+                if let Ok(s) = k.cast_exact::<PyString>() {
                     self.pystr(s)?;
                 } else if k.is_exact_instance_of::<PyInt>() {
                     self.out.push('"');
