@@ -9,7 +9,7 @@
 //! `dlopen(RTLD_NOLOAD)` + `dlsym` at run time: nothing is linked, no header is compiled. Without
 //! them (older torch) the extent is asked of Python (`untyped_storage()`), three calls slower.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::prelude::*;
@@ -22,14 +22,7 @@ type Delete = unsafe extern "C" fn(tensor: Handle) -> i32;
 type GetSizes = unsafe extern "C" fn(tensor: Handle, ret: *mut *mut i64) -> i32;
 type GetI32 = unsafe extern "C" fn(tensor: Handle, ret: *mut i32) -> i32;
 
-const RTLD_LAZY: c_int = 0x1;
-const RTLD_NOLOAD: c_int = 0x4;
-
-#[link(name = "dl")]
-extern "C" {
-    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-}
+use libc::{dlopen, dlsym, RTLD_LAZY, RTLD_NOLOAD};
 
 pub struct StableAbi {
     from_pyobject: FromPy,

@@ -3,7 +3,6 @@
 
 use std::collections::HashSet;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -11,10 +10,12 @@ use pyo3::types::{
     PyTuple,
 };
 
+use crate::codec::error::{CodecError, CodecResult};
+
+use super::sink::StrSink;
 use crate::codec::shared::{is_dtype, type_name};
-use crate::codec::text::sink::StrSink;
-use crate::codec::text::write as jt;
-use crate::codec::text::MAX_NESTING;
+use crate::codec::syntax::write as jt;
+use crate::codec::syntax::MAX_NESTING;
 use crate::metadata::View;
 use crate::paths::{Accessor, Arena, DisplayCache, Text};
 use crate::tensor_spec::{dtype_obj, Dim, FOREIGN_DTYPE};
@@ -28,7 +29,7 @@ const SUPPORTED: &str = "None, bool, int, float, str, bytes, complex, list, tupl
                          frozenset and torch.dtype";
 
 /// A JSON string of `t`; lone surrogates are written as `\\uXXXX` escapes.
-pub(super) fn write_text(out: &mut String, t: &Text) -> PyResult<()> {
+pub(super) fn write_text(out: &mut String, t: &Text) -> CodecResult<()> {
     match t.as_str() {
         Some(s) => jt::write_str(out, s),
         None => {
@@ -40,8 +41,8 @@ pub(super) fn write_text(out: &mut String, t: &Text) -> PyResult<()> {
     Ok(())
 }
 
-fn pair_error() -> PyErr {
-    PyValueError::new_err(
+fn pair_error() -> CodecError {
+    CodecError::value(
         "a string holds a high surrogate followed by a low one as two code points, \
          which JSON cannot tell from the pair's character",
     )
@@ -99,19 +100,21 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn open(&mut self, c: char) -> PyResult<()> {
+    fn open(&mut self, c: char) -> CodecResult<()> {
         self.depth += 1;
         if self.depth > MAX_NESTING {
-            return Err(PyValueError::new_err(format!(
+            return Err(CodecError::value(format!(
                 "the value is nested too deeply (JSON nesting above {MAX_NESTING} levels)"
             )));
         }
         // `exact` and `lossy` recurse once per level
-        crate::stack::check("writing a nested value")?;
+        if !crate::stack::room_left() {
+            return Err(CodecError::stack("writing a nested value"));
+        }
         if self.repeating > 0
             && self.repeated + (self.out.len() - self.repeat_start) > MAX_REPEATED_TEXT
         {
-            return Err(PyValueError::new_err(format!(
+            return Err(CodecError::value(format!(
                 "its containers are shared so often that writing each copy would take more than \
                  {} MiB (a list or tuple held in many places is written once per place)",
                 MAX_REPEATED_TEXT >> 20
@@ -128,10 +131,10 @@ impl<'py> Enc<'py> {
 
     /// Begin writing the container `v` (in its lossy form if `lossy`): refuse a cycle, and count
     /// what a container written before writes again.
-    fn enter(&mut self, v: &Bound<'_, PyAny>, lossy: bool) -> PyResult<()> {
+    fn enter(&mut self, v: &Bound<'_, PyAny>, lossy: bool) -> CodecResult<()> {
         let p = v.as_ptr() as usize;
         if self.active.iter().any(|a| a.0 == p) {
-            return Err(PyValueError::new_err(
+            return Err(CodecError::value(
                 "circular reference: a container holds itself",
             ));
         }
@@ -162,7 +165,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    pub(super) fn pystr(&mut self, s: &Bound<'_, PyString>) -> PyResult<()> {
+    pub(super) fn pystr(&mut self, s: &Bound<'_, PyString>) -> CodecResult<()> {
         match s.to_str() {
             Ok(t) => {
                 jt::write_str(&mut self.out, t);
@@ -182,7 +185,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn int(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn int(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         match v.extract::<i64>() {
             Ok(i) => jt::write_i64(&mut self.out, i),
             Err(_) => {
@@ -220,7 +223,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn tagged_open(&mut self, tag: &str) -> PyResult<()> {
+    fn tagged_open(&mut self, tag: &str) -> CodecResult<()> {
         self.open('{')?;
         self.out.push('"');
         self.out.push_str(tag);
@@ -230,7 +233,7 @@ impl<'py> Enc<'py> {
 
     /// An `EXACT` value (see the module docs). The containers recurse; everything else is written
     /// out of line, so that the recursion's frames stay small.
-    pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         if v.is_exact_instance_of::<PyList>() {
             self.array(v, false, Self::exact)
         } else if let Ok(d) = v.cast_exact::<PyDict>() {
@@ -246,7 +249,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn tagged_array(&mut self, tag: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn tagged_array(&mut self, tag: &str, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         self.tagged_open(tag)?;
         self.array(v, false, Self::exact)?;
         self.close('}');
@@ -255,7 +258,7 @@ impl<'py> Enc<'py> {
 
     /// A dict: an object if every key is a str not starting with `$`, else a `$dict`.
     #[inline(never)]
-    fn exact_dict(&mut self, v: &Bound<'_, PyAny>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+    fn exact_dict(&mut self, v: &Bound<'_, PyAny>, d: &Bound<'_, PyDict>) -> CodecResult<()> {
         self.enter(v, false)?;
         let items = d.items();
         let mut plain = true;
@@ -303,7 +306,7 @@ impl<'py> Enc<'py> {
 
     /// A value that holds no other: a scalar, bytes, complex or dtype (else a TypeError).
     #[inline(never)]
-    fn exact_leaf(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn exact_leaf(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         let py = self.py;
         if v.is_none() {
             self.out.push_str("null");
@@ -340,7 +343,7 @@ impl<'py> Enc<'py> {
             self.pystr(&s)?;
             self.close('}');
         } else {
-            return Err(PyTypeError::new_err(format!(
+            return Err(CodecError::type_error(format!(
                 "a value of type {} cannot be encoded exactly (supported: {SUPPORTED})",
                 v.get_type()
                     .fully_qualified_name()
@@ -357,8 +360,8 @@ impl<'py> Enc<'py> {
         &mut self,
         v: &Bound<'_, PyAny>,
         lossy: bool,
-        item: fn(&mut Self, &Bound<'_, PyAny>) -> PyResult<()>,
-    ) -> PyResult<()> {
+        item: fn(&mut Self, &Bound<'_, PyAny>) -> CodecResult<()>,
+    ) -> CodecResult<()> {
         self.enter(v, lossy)?;
         self.open('[')?;
         for (i, x) in v.try_iter()?.enumerate() {
@@ -373,7 +376,7 @@ impl<'py> Enc<'py> {
     }
 
     /// What `json.dumps(json_serialize(v))` writes, for a value `exact` accepted.
-    pub(super) fn lossy(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(super) fn lossy(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         if v.is_none()
             || v.is_exact_instance_of::<PyBool>()
             || v.is_exact_instance_of::<PyInt>()
@@ -418,7 +421,7 @@ impl<'py> Enc<'py> {
         self.pystr(&s)
     }
 
-    pub(super) fn accessor_exact(&mut self, acc: &Accessor) -> PyResult<()> {
+    pub(super) fn accessor_exact(&mut self, acc: &Accessor) -> CodecResult<()> {
         match acc {
             Accessor::Int(v) => {
                 jt::write_i64(&mut self.out, *v);
@@ -429,14 +432,14 @@ impl<'py> Enc<'py> {
         }
     }
 
-    pub(super) fn accessor_lossy(&mut self, acc: &Accessor) -> PyResult<()> {
+    pub(super) fn accessor_lossy(&mut self, acc: &Accessor) -> CodecResult<()> {
         match acc {
             Accessor::Obj(o) => self.lossy(o.bind(self.py)),
             _ => self.accessor_exact(acc),
         }
     }
 
-    pub(super) fn step_exact(&mut self, arena: &Arena, s: u32, depth: usize) -> PyResult<()> {
+    pub(super) fn step_exact(&mut self, arena: &Arena, s: u32, depth: usize) -> CodecResult<()> {
         let n = arena.node(s);
         self.out.push('[');
         self.depth = depth;
@@ -448,9 +451,9 @@ impl<'py> Enc<'py> {
     }
 
     /// [`Enc::dtype`] for tensor `i` of `v`, whose dtype may be one the table does not hold.
-    pub(super) fn dtype_of(&mut self, v: &View<'_, '_>, i: usize, id: u16) -> PyResult<()> {
+    pub(super) fn dtype_of(&mut self, v: &View<'_, '_>, i: usize, id: u16) -> CodecResult<()> {
         if id == FOREIGN_DTYPE {
-            return Err(PyTypeError::new_err(format!(
+            return Err(CodecError::type_error(format!(
                 "its dtype {} is not a torch.dtype (nor None)",
                 v.dtype_repr(self.py, i)
             )));
@@ -458,7 +461,7 @@ impl<'py> Enc<'py> {
         self.dtype(id)
     }
 
-    pub(super) fn dtype(&mut self, id: u16) -> PyResult<()> {
+    pub(super) fn dtype(&mut self, id: u16) -> CodecResult<()> {
         let i = id as usize;
         if self.dtypes.len() <= i {
             self.dtypes.resize(i + 1, None);
@@ -470,7 +473,7 @@ impl<'py> Enc<'py> {
             } else if is_dtype(self.py, &obj)? {
                 Some(obj.str()?.to_str()?.to_owned())
             } else {
-                return Err(PyTypeError::new_err(format!(
+                return Err(CodecError::type_error(format!(
                     "its dtype {} is not a torch.dtype (nor None)",
                     obj.repr().map(|r| r.to_string()).unwrap_or_default()
                 )));
@@ -525,7 +528,7 @@ impl<'py> Enc<'py> {
     }
 
     /// Hand what `out` holds to the sink, if there is one.
-    pub(super) fn spill(&mut self) -> PyResult<()> {
+    pub(super) fn spill(&mut self) -> CodecResult<()> {
         if let Some(sink) = &mut self.sink {
             sink.write(&self.out)?;
             self.out.clear();
