@@ -130,7 +130,7 @@ impl Accessor {
     pub fn format(&self, py: Python<'_>, out: &mut Text) -> PyResult<()> {
         match self {
             Accessor::Int(v) => {
-                out.push_str(itoa_i64(*v).as_str());
+                out.push_str(itoa::Buffer::new().format(*v));
                 Ok(())
             }
             Accessor::Str(s) => out.push_py(s.bind(py)),
@@ -145,10 +145,6 @@ impl Accessor {
             Accessor::Obj(o) => o.bind(py).is_instance_of::<PyString>(),
         }
     }
-}
-
-fn itoa_i64(v: i64) -> String {
-    v.to_string()
 }
 
 /// `a == b` with Python's identity shortcut, as dict and tuple comparison do it.

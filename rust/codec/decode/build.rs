@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -12,7 +13,9 @@ use crate::codec::error::{CodecError, CodecResult};
 
 use crate::codec::shared::{dtype_named, guess_bs, mults_match, type_name};
 use crate::metadata::{Compact, SampleMetadata, RANK_LIMIT_MESSAGE};
-use crate::paths::{path_eq, py_int_hash, Accessor, Arena, Kind, Locator, SharedArena, Text};
+use crate::paths::{
+    path_eq, py_int_hash, Accessor, Arena, Kind, Locator, PathIndex, SharedArena, Text,
+};
 use crate::tensor_spec::{dtype_id, multiplier, Dim, Spec, TensorSpec};
 
 /// A step's accessor as read, before it becomes a node.
@@ -22,50 +25,10 @@ pub(super) enum Acc<'a, 'py> {
     Obj(Bound<'py, PyAny>),
 }
 
-/// The dedup map's hasher: multiply-rotate over its small integer keys (std's SipHash costs more
-/// than the rest of a lookup), started from a per-process random seed and finished with murmur's
-/// fmix64 so that keys crafted to share low bits do not pile into one bucket.
-#[derive(Clone, Copy)]
-struct FastHasher(u64);
-
-impl Default for FastHasher {
-    fn default() -> Self {
-        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        FastHasher(*SEED.get_or_init(|| {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(0x5eed);
-            h.finish() | 1
-        }))
-    }
-}
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        x ^ (x >> 33)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+/// The dedup map: its keys are small integers (a node, a kind, an int step or a string's hash),
+/// which foldhash hashes in a few instructions (std's SipHash cost more than the rest of a
+/// lookup), from a per-process random seed so that crafted keys do not pile into one bucket.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A step of the previous locator read, so that the next one, which usually shares its prefix,
 /// finds its nodes without a lookup.
@@ -73,15 +36,6 @@ pub(super) enum LastKey {
     Int(i64),
     Str(String),
     Never,
-}
-
-fn fnv(s: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in s {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// A node's Int children while they are exactly `0..next`, all of kind `kind`.
@@ -216,7 +170,7 @@ impl<'py> Build<'py> {
         obj: Option<&Bound<'py, PyString>>,
         kind: Kind,
     ) -> CodecResult<u32> {
-        let key = (parent, kind as u8 + 4, fnv(s.as_bytes()));
+        let key = (parent, kind as u8 + 4, self.dedup.hasher().hash_one(s));
         let hit = self.dedup.get(&key).copied();
         if let Some(n) = hit {
             if let Accessor::Str(x) = &self.arena.node(n).acc {
@@ -423,15 +377,14 @@ impl<'py> Build<'py> {
             }
             return Ok(None);
         }
-        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(nodes.len());
+        let mut index = PathIndex::with_capacity(nodes.len());
         for (i, &n) in nodes.iter().enumerate() {
-            let bucket = buckets.entry(self.arena.node(n).hash).or_default();
-            for &j in bucket.iter() {
-                if path_eq(self.py, &self.arena, nodes[j], &self.arena, n)? {
-                    return Ok(Some((j, i)));
-                }
+            let h = self.arena.node(n).hash;
+            let same = |j: usize| path_eq(self.py, &self.arena, nodes[j], &self.arena, n);
+            if let Some(j) = index.find(h, same)? {
+                return Ok(Some((j, i)));
             }
-            bucket.push(i);
+            index.insert(h, i);
         }
         Ok(None)
     }

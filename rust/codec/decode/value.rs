@@ -191,24 +191,15 @@ fn read_bytes<'py>(
             "$bytes holds an even number of hex digits",
         ));
     }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut out = Vec::with_capacity(hex.len() / 2);
-    for pair in hex.chunks(2) {
-        match (digit(pair[0]), digit(pair[1])) {
-            (Some(h), Some(l)) => out.push(h * 16 + l),
-            _ => {
-                return Err(CodecError::invalid_at(
-                    vat,
-                    "$bytes holds lower-case hex digits only",
-                ))
-            }
-        }
+    // `hex` also reads upper-case digits, which the format does not admit
+    let lower = hex.iter().all(|c| !c.is_ascii_uppercase());
+    match hex::decode(hex) {
+        Ok(out) if lower => Ok(PyBytes::new(py, &out).into_any()),
+        _ => Err(CodecError::invalid_at(
+            vat,
+            "$bytes holds lower-case hex digits only",
+        )),
     }
-    Ok(PyBytes::new(py, &out).into_any())
 }
 
 /// A `$complex`: `[real, imag]`.

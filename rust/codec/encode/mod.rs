@@ -1,7 +1,5 @@
 //! Writing a metadata: `to_json()` (`json`) and `to_dict()` (`dict`) on one writer (`writer`).
 
-use std::collections::HashMap;
-
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -9,7 +7,7 @@ use crate::codec::error::{CodecError, CodecResult};
 
 use crate::codec::shared::type_name;
 use crate::metadata::{Part, SampleMetadata, View};
-use crate::paths::path_eq;
+use crate::paths::{path_eq, PathIndex};
 use crate::tensor_spec::Spec;
 
 mod dict;
@@ -58,22 +56,22 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> CodecResult<()>
     for part in [Part::Tensors, Part::Others] {
         let (list, n) = (part.name(), v.len(part));
         let loc = |i: usize| v.loc(part, i);
-        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
+        let mut index = PathIndex::with_capacity(n);
         for i in 0..n {
             let li = loc(i);
             let h = li.arena.node(li.node).hash;
-            let bucket = buckets.entry(h).or_default();
-            for &j in bucket.iter() {
+            let same = |j: usize| {
                 let lj = loc(j);
-                if path_eq(py, lj.arena, lj.node, li.arena, li.node)? {
-                    return Err(CodecError::value(format!(
-                        "{what}: {list}[{j}] and {list}[{i}] have the same locator {:?}; \
-                         a metadata with repeated locators cannot be encoded",
-                        li.arena.display_path_lossy(py, li.node, li.is_output)
-                    )));
-                }
+                path_eq(py, lj.arena, lj.node, li.arena, li.node)
+            };
+            if let Some(j) = index.find(h, same)? {
+                return Err(CodecError::value(format!(
+                    "{what}: {list}[{j}] and {list}[{i}] have the same locator {:?}; \
+                     a metadata with repeated locators cannot be encoded",
+                    li.arena.display_path_lossy(py, li.node, li.is_output)
+                )));
             }
-            bucket.push(i);
+            index.insert(h, i);
         }
     }
     Ok(())

@@ -322,11 +322,7 @@ impl<'py> Enc<'py> {
         } else if let Ok(b) = v.cast_exact::<PyBytes>() {
             self.tagged_open("$bytes")?;
             self.out.push('"');
-            for byte in b.as_bytes() {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                self.out.push(HEX[(byte >> 4) as usize] as char);
-                self.out.push(HEX[(byte & 15) as usize] as char);
-            }
+            self.out.push_str(&hex::encode(b.as_bytes()));
             self.out.push('"');
             self.close('}');
         } else if let Ok(c) = v.cast_exact::<PyComplex>() {
