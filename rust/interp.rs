@@ -5,7 +5,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
 pub struct Interp {
@@ -35,7 +35,7 @@ pub struct Interp {
     pub output_str: Py<PyString>,
 }
 
-static INTERP: GILOnceCell<Interp> = GILOnceCell::new();
+static INTERP: PyOnceLock<Interp> = PyOnceLock::new();
 
 pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
     INTERP.get_or_try_init(py, || {
@@ -48,11 +48,11 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
         let helpers = py.import("aitune_fast._helpers")?;
         let gc = py.import("aitune_fast.global_context")?;
         Ok(Interp {
-            tensor_type: torch.getattr("Tensor")?.downcast_into::<PyType>()?.unbind(),
+            tensor_type: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
             parameter_type: torch
                 .getattr("nn")?
                 .getattr("Parameter")?
-                .downcast_into::<PyType>()?
+                .cast_into::<PyType>()?
                 .unbind(),
             object_types: [
                 ot("SEQUENCE")?,
@@ -64,12 +64,12 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
             config_source: py
                 .import("aitune_fast._config")?
                 .getattr("_source")?
-                .downcast_into::<PyList>()?
+                .cast_into::<PyList>()?
                 .unbind(),
-            global_context_source: gc.getattr("_source")?.downcast_into::<PyList>()?.unbind(),
+            global_context_source: gc.getattr("_source")?.cast_into::<PyList>()?.unbind(),
             batch_size_key: gc
                 .getattr("BATCH_SIZE_KEY")?
-                .downcast_into::<PyString>()?
+                .cast_into::<PyString>()?
                 .unbind(),
             json_serialize: helpers.getattr("json_serialize")?.unbind(),
             describe: helpers.getattr("describe")?.unbind(),
@@ -81,7 +81,7 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
             user_dict: py
                 .import("collections")?
                 .getattr("UserDict")?
-                .downcast_into::<PyType>()?
+                .cast_into::<PyType>()?
                 .unbind(),
             mapping_abc: py.import("collections.abc")?.getattr("Mapping")?.unbind(),
             odict_items: py
@@ -146,9 +146,9 @@ pub fn context_batch_size<'py>(py: Python<'py>) -> PyResult<Option<Bound<'py, Py
     let ctx = it.global_context_source.bind(py).get_item(0)?;
     let stack = ctx.getattr(pyo3::intern!(py, "_data_stack"))?;
     let key = it.batch_size_key.bind(py);
-    let stack = stack.downcast_into::<pyo3::types::PyList>()?;
+    let stack = stack.cast_into::<pyo3::types::PyList>()?;
     for i in (0..stack.len()).rev() {
-        let scope = stack.get_item(i)?.downcast_into::<PyDict>()?;
+        let scope = stack.get_item(i)?.cast_into::<PyDict>()?;
         if let Some(v) = scope.get_item(key)? {
             return Ok(Some(v));
         }
@@ -163,11 +163,11 @@ pub fn stock_state<'py, const N: usize>(
     class: &str,
     keys: [&str; N],
 ) -> PyResult<[Bound<'py, PyAny>; N]> {
-    let dict = match state.downcast::<PyTuple>() {
+    let dict = match state.cast::<PyTuple>() {
         Ok(t) if t.len() == 2 && t.get_item(0)?.is_none() => t.get_item(1)?,
         _ => state.clone(),
     };
-    let dict = dict.downcast::<PyDict>().map_err(|_| {
+    let dict = dict.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!(
             "{class}.__setstate__ takes the dict a stock AITune {class} pickles, got {}",
             type_name(state)

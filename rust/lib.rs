@@ -28,7 +28,7 @@ pub mod stack;
 pub mod tensor_spec;
 pub mod walk;
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<paths::Locator>()?;
     m.add_class::<tensor_spec::TensorSpec>()?;

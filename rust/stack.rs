@@ -9,7 +9,7 @@
 //! coroutine library that runs code on a stack of its own), nothing is refused.
 
 use pyo3::exceptions::PyRecursionError;
-use pyo3::PyResult;
+use pyo3::{PyErr, PyResult};
 use std::cell::Cell;
 
 /// Bytes of C stack that must be left when a recursive path goes one level deeper: room for the
@@ -30,24 +30,43 @@ fn here() -> usize {
     std::hint::black_box(&marker) as *const u8 as usize
 }
 
+/// Whether the calling thread has at least [`STACK_MARGIN`] bytes of stack left (or its bounds
+/// are unknown): what [`check`] asks, for code that reports the refusal in its own error type.
+#[inline]
+pub fn room_left() -> bool {
+    let (limit, high) = match BOUNDS.try_with(Cell::get) {
+        Ok((0, 0)) => init(),
+        Ok(b) => b,
+        Err(_) => return true, // thread-locals being torn down: no bounds to check against
+    };
+    let sp = here();
+    !(sp < limit && sp <= high)
+}
+
 /// `Err(RecursionError)` when the calling thread has less than [`STACK_MARGIN`] bytes of stack
 /// left; `what` completes "maximum recursion depth exceeded while ...".
 #[inline]
 pub fn check(what: &str) -> PyResult<()> {
-    let (limit, high) = match BOUNDS.try_with(Cell::get) {
-        Ok((0, 0)) => init(),
-        Ok(b) => b,
-        Err(_) => return Ok(()), // thread-locals being torn down: no bounds to check against
-    };
-    let sp = here();
-    if sp < limit && sp <= high {
-        return Err(PyRecursionError::new_err(format!(
-            "maximum recursion depth exceeded while {what} (less than {} KiB of the thread's \
-             C stack left)",
-            STACK_MARGIN / 1024
-        )));
+    if room_left() {
+        return Ok(());
     }
-    Ok(())
+    Err(exhausted(what))
+}
+
+/// The `RecursionError` of a refusal: `what` completes "maximum recursion depth exceeded while
+/// ...".
+#[cold]
+pub fn exhausted(what: &str) -> PyErr {
+    PyRecursionError::new_err(exhausted_message(what))
+}
+
+/// The message of [`exhausted`].
+pub fn exhausted_message(what: &str) -> String {
+    format!(
+        "maximum recursion depth exceeded while {what} (less than {} KiB of the thread's C stack \
+         left)",
+        STACK_MARGIN / 1024
+    )
 }
 
 #[cold]
@@ -64,32 +83,17 @@ fn init() -> (usize, usize) {
 /// The calling thread's stack as `(lowest, highest)` address.
 #[cfg(target_os = "linux")]
 fn stack_bounds() -> Option<(usize, usize)> {
-    use std::os::raw::{c_int, c_void};
-    // pthread_attr_t is 56 bytes on x86-64 glibc, 64 on aarch64, 36-56 on musl: 128 bytes is room
-    // for every one of them
-    #[repr(C, align(16))]
-    struct Attr([u8; 128]);
-    extern "C" {
-        fn pthread_self() -> usize;
-        fn pthread_getattr_np(thread: usize, attr: *mut Attr) -> c_int;
-        fn pthread_attr_getstack(
-            attr: *const Attr,
-            addr: *mut *mut c_void,
-            size: *mut usize,
-        ) -> c_int;
-        fn pthread_attr_destroy(attr: *mut Attr) -> c_int;
-    }
-    let mut attr = Attr([0; 128]);
-    let mut addr: *mut c_void = std::ptr::null_mut();
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    let mut addr: *mut libc::c_void = std::ptr::null_mut();
     let mut size = 0usize;
-    // SAFETY: `attr` is large enough for any libc's pthread_attr_t and is destroyed only after a
-    // successful pthread_getattr_np initialised it
+    // SAFETY: pthread_getattr_np initialises `attr` for the calling thread; it is read and
+    // destroyed only after it succeeded
     unsafe {
-        if pthread_getattr_np(pthread_self(), &mut attr) != 0 {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
             return None;
         }
-        let ok = pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        pthread_attr_destroy(&mut attr);
+        let ok = libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
         if !ok {
             return None;
         }
@@ -101,18 +105,12 @@ fn stack_bounds() -> Option<(usize, usize)> {
 /// The calling thread's stack as `(lowest, highest)` address.
 #[cfg(target_os = "macos")]
 fn stack_bounds() -> Option<(usize, usize)> {
-    use std::os::raw::c_void;
-    extern "C" {
-        fn pthread_self() -> usize;
-        fn pthread_get_stackaddr_np(thread: usize) -> *mut c_void;
-        fn pthread_get_stacksize_np(thread: usize) -> usize;
-    }
     // SAFETY: plain queries about the calling thread
     let (high, size) = unsafe {
-        let t = pthread_self();
+        let t = libc::pthread_self();
         (
-            pthread_get_stackaddr_np(t) as usize,
-            pthread_get_stacksize_np(t),
+            libc::pthread_get_stackaddr_np(t) as usize,
+            libc::pthread_get_stacksize_np(t),
         )
     };
     Some((high.checked_sub(size)?, high))

@@ -37,7 +37,7 @@ pub fn _gc_objects_but_tuples<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyLis
     let kept = PyList::empty(py);
     gc_paused(|| {
         let all = get_objects.call0()?;
-        for obj in all.downcast::<PyList>()?.iter() {
+        for obj in all.cast::<PyList>()?.iter() {
             // SAFETY: `obj` is a live object the list holds
             if unsafe { ffi::PyTuple_Check(obj.as_ptr()) } == 0 {
                 kept.append(obj)?;
@@ -51,7 +51,7 @@ pub fn _gc_objects_but_tuples<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyLis
 /// Each thread's innermost frame, by thread id (`sys._current_frames()`).
 fn current_frames<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     let frames = py.import("sys")?.getattr("_current_frames")?;
-    Ok(frames.call0()?.downcast_into::<PyDict>()?)
+    Ok(frames.call0()?.cast_into::<PyDict>()?)
 }
 
 /// The frame below `frame` on its thread's stack, if any.

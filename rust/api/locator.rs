@@ -155,7 +155,7 @@ impl Locator {
     }
 
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match other.downcast::<Locator>() {
+        match other.cast::<Locator>() {
             Ok(o) => {
                 let o = o.get();
                 path_eq(py, &self.arena, self.node, &o.arena, o.node)

@@ -125,9 +125,9 @@ impl SampleMetadata {
         let other = if unsafe { ffi::Py_TYPE(other.as_ptr()) == ffi::Py_TYPE(slf.as_ptr()) } {
             // SAFETY: `other`'s type is exactly `slf`'s, a `SampleMetadata` class (ours, or a Python
             // subclass, which Python lays out with our struct first), so `other` has that layout
-            unsafe { other.downcast_unchecked::<SampleMetadata>() }
+            unsafe { other.cast_unchecked::<SampleMetadata>() }
         } else if other.is_instance(&slf.get_type())? {
-            other.downcast::<SampleMetadata>()?
+            other.cast::<SampleMetadata>()?
         } else {
             return Ok(false);
         };
@@ -186,7 +186,7 @@ impl SampleMetadata {
     }
 
     fn __repr__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
-        Ok(Self::describe_at(slf, 2)?.downcast_into::<PyString>()?)
+        Ok(Self::describe_at(slf, 2)?.cast_into::<PyString>()?)
     }
 
     /// A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
@@ -316,7 +316,7 @@ impl SampleMetadata {
         let mut seen: Vec<(BatchAxes, Bound<'py, PyTuple>)> = Vec::new();
         for (index, item) in pairs.try_iter()?.enumerate() {
             let (locator, spec) = pair(&item?, "tensor_data")?;
-            let axes = if let Ok(s) = spec.downcast_exact::<TensorSpec>() {
+            let axes = if let Ok(s) = spec.cast_exact::<TensorSpec>() {
                 let axes = s.try_borrow()?.batch_axes(py)?;
                 if axes.is_empty() {
                     continue;
@@ -339,7 +339,7 @@ impl SampleMetadata {
                 let items = multipliers.call_method0("items")?;
                 PyTuple::new(py, items.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
             };
-            let value = match locator.downcast_exact::<Locator>() {
+            let value = match locator.cast_exact::<Locator>() {
                 Ok(l) => {
                     let l = l.get();
                     let mut cur = inputs.clone();

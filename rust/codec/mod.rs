@@ -2,21 +2,24 @@
 //! `locator` and `tensor_spec`, never the other way round.
 //!
 //! - `format`: the documents `to_json()` and `to_dict()` write (the spec both sides follow).
-//! - `encode/`: writing them (`Enc`: values, locators, dtypes; `json`: `to_json`; `dict`: `to_dict`).
+//! - `encode/`: writing them (`Enc`: values, locators, dtypes; `json`: `to_json`; `dict`: `to_dict`;
+//!   `sink`: the in-place `str` of large documents).
 //! - `decode/`: reading them (`build`: the metadata being rebuilt; `value`, `fields`, `paths`: values,
 //!   entry fields, locators and `paths` tables; `entries`, `parts`, `doc`: `to_json` entries,
 //!   `to_dict` parts, whole documents and `from_json`; `dict`: `from_dict`; `legacy`: the
 //!   reference's pickled dicts).
-//! - `text/`: JSON text itself (`write`, `parse`, and `sink`, the in-place `str` of large documents).
+//! - `syntax/`: JSON text itself, in plain Rust (`read`, `write`).
+//! - `error`: the one error type (`CodecError`), made a Python exception only where Python called.
 //! - `json_dict`: `to_json_dict()`, the reference's JSON-ready dict.
 //! - `shared`: what both sides use (torch dtypes by name, type names, the one-shape rule).
 
 pub mod decode;
 pub mod encode;
+pub mod error;
 pub mod format;
 pub mod json_dict;
 mod shared;
-pub mod text;
+pub mod syntax;
 
 #[cfg(test)]
 mod tests {
@@ -67,5 +70,18 @@ mod tests {
             offenders.is_empty(),
             "modules below the codecs name them: {offenders:#?}"
         );
+    }
+
+    /// The JSON syntax layer is plain Rust: it names no PyO3 (its errors are `JsonError`s).
+    #[test]
+    fn the_syntax_layer_uses_no_python() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust/codec/syntax");
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        assert!(files.len() >= 3, "{files:?}");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(!text.contains("pyo3"), "{} uses PyO3", file.display());
+        }
     }
 }

@@ -2,7 +2,9 @@
 //! that a one-shape tensor's multipliers follow from the batch size.
 
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+
+use super::error::{CodecError, CodecResult};
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
 use crate::tensor_spec::multiplier;
@@ -13,14 +15,14 @@ struct Torch {
     dtype: Py<PyType>,
 }
 
-static TORCH: GILOnceCell<Torch> = GILOnceCell::new();
+static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
 
 fn torch(py: Python<'_>) -> PyResult<&'static Torch> {
     TORCH.get_or_try_init(py, || {
         let m = py.import("torch")?;
         Ok(Torch {
-            dict: m.getattr("__dict__")?.downcast_into::<PyDict>()?.unbind(),
-            dtype: m.getattr("dtype")?.downcast_into::<PyType>()?.unbind(),
+            dict: m.getattr("__dict__")?.cast_into::<PyDict>()?.unbind(),
+            dtype: m.getattr("dtype")?.cast_into::<PyType>()?.unbind(),
         })
     })
 }
@@ -29,11 +31,9 @@ pub(super) fn is_dtype(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(v.get_type().is(torch(py)?.dtype.bind(py)))
 }
 
-/// The torch dtype named `name` (`"torch.float32"`), or a message saying why there is none.
-pub(super) fn dtype_named<'py>(
-    py: Python<'py>,
-    name: &str,
-) -> PyResult<Result<Bound<'py, PyAny>, String>> {
+/// The torch dtype named `name` (`"torch.float32"`), or a refusal (not yet placed) saying why
+/// there is none.
+pub(super) fn dtype_named<'py>(py: Python<'py>, name: &str) -> CodecResult<Bound<'py, PyAny>> {
     let attr = match name.strip_prefix("torch.") {
         Some(a)
             if !a.is_empty()
@@ -43,15 +43,15 @@ pub(super) fn dtype_named<'py>(
             a
         }
         _ => {
-            return Ok(Err(format!(
+            return Err(CodecError::value(format!(
                 "dtype {name:?} is not of the form \"torch.<name>\""
             )))
         }
     };
     let t = torch(py)?;
     match t.dict.bind(py).get_item(attr)? {
-        Some(obj) if obj.get_type().is(t.dtype.bind(py)) => Ok(Ok(obj)),
-        _ => Ok(Err(format!("{name:?} is not a torch dtype"))),
+        Some(obj) if obj.get_type().is(t.dtype.bind(py)) => Ok(obj),
+        _ => Err(CodecError::value(format!("{name:?} is not a torch dtype"))),
     }
 }
 

@@ -49,7 +49,7 @@ impl ExactSampleMetadata {
         if !other.is_instance(&slf.get_type())? {
             return Ok(false);
         }
-        let other = other.downcast::<SampleMetadata>()?;
+        let other = other.cast::<SampleMetadata>()?;
         if slf.as_any().is(other) {
             return Ok(true);
         }

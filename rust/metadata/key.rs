@@ -1,8 +1,6 @@
 //! Equality and hashing: what makes a metadata a dict key. Tensors compare by rank (or exact
 //! shape), other values by equality, dict key order does not matter.
 
-use std::collections::HashMap;
-
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
@@ -10,7 +8,7 @@ use pyo3::types::{PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 use super::sample::SampleMetadata;
 use super::storage::{Level, Loc, View};
 use crate::interp::interp;
-use crate::paths::{hash_to_isize, mix, path_eq, py_int_hash, rich_eq, ROOT};
+use crate::paths::{hash_to_isize, mix, path_eq, py_int_hash, rich_eq, PathIndex, ROOT};
 use crate::tensor_spec::Spec;
 
 fn loc_eq(py: Python<'_>, a: &Loc<'_>, b: &Loc<'_>) -> PyResult<bool> {
@@ -18,33 +16,33 @@ fn loc_eq(py: Python<'_>, a: &Loc<'_>, b: &Loc<'_>) -> PyResult<bool> {
 }
 
 struct Index {
-    buckets: HashMap<u64, Vec<usize>>,
+    paths: PathIndex,
     order: Vec<usize>,
 }
 
 /// Build a dict-like index over `n` entries located by `loc`, keeping the last of equal paths.
 fn build_index<'v>(py: Python<'_>, n: usize, loc: &dyn Fn(usize) -> Loc<'v>) -> PyResult<Index> {
-    let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
+    let mut paths = PathIndex::with_capacity(n);
     let mut order: Vec<usize> = Vec::with_capacity(n);
     let mut slot_of: Vec<usize> = Vec::with_capacity(n);
-    'outer: for i in 0..n {
+    for i in 0..n {
         let li = loc(i);
         let h = li.arena.node(li.node).hash;
-        let bucket = buckets.entry(h).or_default();
-        for j in bucket.iter_mut() {
-            if loc_eq(py, &loc(*j), &li)? {
-                let slot = slot_of[*j];
+        match paths.find(h, |j| loc_eq(py, &loc(j), &li))? {
+            Some(j) => {
+                let slot = slot_of[j];
                 order[slot] = i;
                 slot_of.push(slot);
-                *j = i;
-                continue 'outer;
+                paths.replace(h, j, i);
+            }
+            None => {
+                paths.insert(h, i);
+                slot_of.push(order.len());
+                order.push(i);
             }
         }
-        bucket.push(i);
-        slot_of.push(order.len());
-        order.push(i);
     }
-    Ok(Index { buckets, order })
+    Ok(Index { paths, order })
 }
 
 impl Index {
@@ -55,14 +53,7 @@ impl Index {
         key: &Loc<'_>,
     ) -> PyResult<Option<usize>> {
         let h = key.arena.node(key.node).hash;
-        if let Some(b) = self.buckets.get(&h) {
-            for &j in b {
-                if loc_eq(py, &loc(j), key)? {
-                    return Ok(Some(j));
-                }
-            }
-        }
-        Ok(None)
+        self.paths.find(h, |j| loc_eq(py, &loc(j), key))
     }
 }
 

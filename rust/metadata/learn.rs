@@ -52,7 +52,7 @@ impl SampleMetadata {
     /// `update_shapes_seen`: learn dynamic and batch axes from `other`, a later sample with the
     /// same tensors; `ValueError` (showing both) when the tensors differ in locators or ranks.
     pub fn learn_from(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
-        let other = other.downcast::<SampleMetadata>().map_err(|_| {
+        let other = other.cast::<SampleMetadata>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "update_shapes_seen expects a SampleMetadata, got {}",
                 crate::interp::type_name(other)

@@ -27,4 +27,6 @@ mod storage;
 pub use exact::ExactSampleMetadata;
 pub use key::value_hash;
 pub use sample::SampleMetadata;
-pub use storage::{pair, Compact, Fresh, Item, Loc, Part, SpecCells, Storage, View};
+pub use storage::{
+    pair, Compact, Fresh, Item, Loc, Part, SpecCells, Storage, View, RANK_LIMIT_MESSAGE,
+};

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | the last walk's node, tensor and size counts ([`SizeHint`]) | sizing the next walk's buffers | by every walk; each count capped at [`SPARE_BOUND`] |
 //! | the last walk's path arena, inputs and outputs apart ([`last_paths`]) | the next walk of the same kind, which repeats its steps while it can and then shares it ([`Arena::replaying`](crate::paths::Arena::replaying)) | by every walk that built another; not kept past [`KEEP_PATHS`] nodes, nor with a key other than an exact `int` or `str` (any other key object is the user's to free) |
-//! | the buffers of the last dropped compact metadata ([`Buffers`]) | the next walk, which fills them | taken by that walk; not kept past [`SPARE_BOUND`] entries; the values they held are released first |
+//! | the buffers of the last dropped compact metadata (in `storage/compact.rs`, beside the one type that fills and leaves them) | the next walk, which fills them | taken by that walk; not kept past [`SPARE_BOUND`] entries; the values they held are released first |
 //! | the node buffer of the last dropped arena (in `paths/arena.rs`: an arena is freed from its own Python object, one layer down) | the next arena built | taken by it; same bound |
 //!
 //! Everything is per thread (`thread_local!`) and goes with the thread; access uses `try_with`, so
@@ -24,7 +24,6 @@ use std::cell::{Cell, RefCell};
 
 use pyo3::prelude::*;
 
-use super::storage::Item;
 use crate::paths::SharedArena;
 pub use crate::paths::SPARE_BOUND;
 
@@ -39,13 +38,6 @@ pub struct SizeHint {
     pub dims: usize,
 }
 
-/// The buffers of a dropped compact metadata, empty, their capacity kept.
-pub struct Buffers {
-    pub items: Vec<Item>,
-    pub dims: Vec<i64>,
-    pub others: Vec<(u32, Py<PyAny>)>,
-}
-
 /// The sizes assumed before a thread's first walk.
 const FIRST_HINT: SizeHint = SizeHint {
     nodes: 16,
@@ -56,7 +48,6 @@ const FIRST_HINT: SizeHint = SizeHint {
 thread_local! {
     static SIZE_HINT: Cell<SizeHint> = const { Cell::new(FIRST_HINT) };
     static LAST_PATHS: RefCell<[Option<SharedArena>; 2]> = const { RefCell::new([None, None]) };
-    static BUFFERS: Cell<Option<Buffers>> = const { Cell::new(None) };
 }
 
 pub fn size_hint() -> SizeHint {
@@ -98,24 +89,4 @@ pub fn keep_paths(py: Python<'_>, is_output: bool, paths: &SharedArena) {
         std::mem::replace(slot, keep.then(|| paths.clone_ref(py)))
     });
     drop(replaced); // released once the slot is no longer borrowed
-}
-
-/// The buffers the last dropped compact metadata left, if any.
-pub fn take_buffers() -> Option<Buffers> {
-    BUFFERS.try_with(Cell::take).ok().flatten()
-}
-
-/// Leave a dropped compact metadata's buffers to the next walk (emptied here; none past the bound).
-pub fn give_buffers(mut b: Buffers) {
-    let (items, dims) = (b.items.capacity(), b.dims.capacity());
-    if items == 0 || dims == 0 || items > SPARE_BOUND || dims > SPARE_BOUND {
-        return;
-    }
-    b.items.clear();
-    b.dims.clear();
-    if b.others.capacity() > SPARE_BOUND {
-        b.others = Vec::new();
-    }
-    b.others.clear(); // the values are released here, not kept
-    let _ = BUFFERS.try_with(|s| s.set(Some(b)));
 }

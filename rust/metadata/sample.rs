@@ -156,7 +156,7 @@ impl SampleMetadata {
 
     /// For the cycle collector: drop every reference.
     pub fn clear(&mut self) {
-        self.storage = Python::with_gil(Storage::empty); // the collector holds the GIL
+        self.storage = Python::attach(Storage::empty); // the collector holds the GIL
         self.llm_phase = None;
     }
 }

@@ -43,11 +43,7 @@ impl Accessor {
     pub fn from_py(key: &Bound<'_, PyAny>) -> Accessor {
         if key.is_exact_instance_of::<PyString>() {
             // SAFETY: exact str checked above
-            return Accessor::Str(
-                unsafe { key.downcast_unchecked::<PyString>() }
-                    .clone()
-                    .unbind(),
-            );
+            return Accessor::Str(unsafe { key.cast_unchecked::<PyString>() }.clone().unbind());
         }
         if key.is_exact_instance_of::<PyInt>() {
             if let Ok(v) = key.extract::<i64>() {
@@ -134,7 +130,7 @@ impl Accessor {
     pub fn format(&self, py: Python<'_>, out: &mut Text) -> PyResult<()> {
         match self {
             Accessor::Int(v) => {
-                out.push_str(itoa_i64(*v).as_str());
+                out.push_str(itoa::Buffer::new().format(*v));
                 Ok(())
             }
             Accessor::Str(s) => out.push_py(s.bind(py)),
@@ -149,10 +145,6 @@ impl Accessor {
             Accessor::Obj(o) => o.bind(py).is_instance_of::<PyString>(),
         }
     }
-}
-
-fn itoa_i64(v: i64) -> String {
-    v.to_string()
 }
 
 /// `a == b` with Python's identity shortcut, as dict and tuple comparison do it.

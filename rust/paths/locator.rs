@@ -39,7 +39,7 @@ pub struct LocatorData {
 /// What a blank locator reads as: the empty path.
 static BLANK: LazyLock<LocatorData> = LazyLock::new(|| LocatorData {
     // a Locator is only read with the GIL held; the arena, made once, is never freed
-    arena: Python::with_gil(|py| SharedArena::new(py, Arena::new()))
+    arena: Python::attach(|py| SharedArena::new(py, Arena::new()))
         .expect("allocating the blank locator's arena"),
     node: super::arena::ROOT,
     is_output: false,
@@ -103,7 +103,7 @@ pub fn step_into<'py>(
     let n = arena.node(step);
     let key = n.acc.to_py(py);
     if n.kind.is_attribute() {
-        let name = key.downcast::<PyString>().map_err(|_| {
+        let name = key.cast::<PyString>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "attribute names are strings, the locator holds {}",
                 key.repr().map(|r| r.to_string()).unwrap_or_default()
@@ -155,7 +155,7 @@ pub fn set_value<'py>(
         let n = arena.node(steps[i]);
         let key = n.acc.to_py(py);
         if n.kind.is_attribute() {
-            container.setattr(key.downcast::<PyString>()?, new_value)?;
+            container.setattr(key.cast::<PyString>()?, new_value)?;
             return Ok(root);
         } else if container.is_instance_of::<PyTuple>() {
             let mut items: Vec<Bound<'py, PyAny>> =

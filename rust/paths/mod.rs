@@ -9,6 +9,7 @@
 //! - `text`: [`Text`] (UTF-8 that keeps lone surrogates), `str` bytes and equality, `format()`.
 //! - `accessor`: one step, [`Kind`] and [`Accessor`], and Python's equality and int hashing.
 //! - `arena`: the [`Arena`] of nodes, path equality, display and access paths.
+//! - `index`: [`PathIndex`], entries found by path (a hash table over the nodes' path hashes).
 //! - `shared`: [`SharedArena`], a finished arena as metadata and locators share it (a Python object,
 //!   so the cycle collector sees the keys it holds).
 //! - `locator`: the [`Locator`] class, `get_value`/`set_value`.
@@ -18,12 +19,14 @@
 
 mod accessor;
 mod arena;
+mod index;
 mod locator;
 mod shared;
 mod text;
 
 pub use accessor::{cached_str_hash, mix, py_int_hash, rich_eq, Accessor, Kind};
 pub use arena::{hash_to_isize, path_eq, Arena, DisplayCache, Node, ROOT, SPARE_BOUND};
+pub use index::PathIndex;
 pub use locator::{set_value, step_into, Locator};
 pub use shared::SharedArena;
 pub use text::{decode_surrogatepass, format_obj, str_bytes, str_eq, Text};

@@ -10,7 +10,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 use pyo3::{PyTraverseError, PyVisit};
 
 use super::arena::Arena;
@@ -53,7 +53,7 @@ impl SharedArena {
     /// An arena with no nodes at all, not even the root: a placeholder, never walked into (one
     /// for the process).
     pub fn empty(py: Python<'_>) -> SharedArena {
-        static EMPTY: GILOnceCell<Py<ArenaObject>> = GILOnceCell::new();
+        static EMPTY: PyOnceLock<Py<ArenaObject>> = PyOnceLock::new();
         let arena = EMPTY.get_or_init(py, || {
             SharedArena::new(py, Arena::empty())
                 .expect("allocating the placeholder arena")

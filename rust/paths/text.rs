@@ -112,7 +112,7 @@ pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<std::borrow::Cow<'a
             ),
         )?
     };
-    let b = b.downcast_into::<pyo3::types::PyBytes>()?;
+    let b = b.cast_into::<pyo3::types::PyBytes>()?;
     Ok(std::borrow::Cow::Owned(b.as_bytes().to_vec()))
 }
 
@@ -125,7 +125,7 @@ pub fn decode_surrogatepass<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bound<'p
             b.len() as ffi::Py_ssize_t,
             c"surrogatepass".as_ptr(),
         );
-        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.downcast_into_unchecked::<PyString>())
+        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyString>())
     }
 }
 
@@ -141,7 +141,7 @@ pub fn str_eq(a: &Bound<'_, PyString>, b: &Bound<'_, PyString>) -> bool {
 
 /// `format(obj, "")`, as an f-string renders `obj` (`type(obj).__format__`, so classes work too).
 pub fn format_obj(obj: &Bound<'_, PyAny>, out: &mut Text) -> PyResult<()> {
-    if let Ok(s) = obj.downcast_exact::<PyString>() {
+    if let Ok(s) = obj.cast_exact::<PyString>() {
         return out.push_py(s);
     }
     // SAFETY: a new reference or NULL with an exception set
@@ -151,5 +151,5 @@ pub fn format_obj(obj: &Bound<'_, PyAny>, out: &mut Text) -> PyResult<()> {
             ffi::PyObject_Format(obj.as_ptr(), interp(obj.py())?.empty_str.as_ptr()),
         )?
     };
-    out.push_py(f.downcast::<PyString>()?)
+    out.push_py(f.cast::<PyString>()?)
 }

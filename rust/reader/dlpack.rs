@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyList};
 
 use super::backoff::Backoff;
@@ -95,7 +95,7 @@ struct Api {
 }
 
 /// The capsule, or why it cannot be used.
-static API: GILOnceCell<Result<Api, String>> = GILOnceCell::new();
+static API: PyOnceLock<Result<Api, String>> = PyOnceLock::new();
 /// `dltensor_from_py_object_no_sync`, set once the API checked out.
 static FROM_PY: OnceLock<DLTensorFromPyObjectNoSync> = OnceLock::new();
 
@@ -124,7 +124,7 @@ fn discover(py: Python<'_>) -> PyResult<Result<Api, String>> {
             )))
         }
     }
-    let Ok(cap) = capsule.downcast::<PyCapsule>() else {
+    let Ok(cap) = capsule.cast::<PyCapsule>() else {
         return Ok(Err(format!(
             "torch {version}: torch.Tensor.__dlpack_c_exchange_api__ is not a PyCapsule"
         )));
@@ -207,7 +207,7 @@ struct DtypeTable {
     dtypes: Vec<Py<PyAny>>,
 }
 
-static DTYPES: GILOnceCell<DtypeTable> = GILOnceCell::new();
+static DTYPES: PyOnceLock<DtypeTable> = PyOnceLock::new();
 
 /// `(row, column)` of a DLPack dtype in the table.
 #[inline(always)]
@@ -226,7 +226,7 @@ fn build_table(py: Python<'_>) -> PyResult<DtypeTable> {
         .import("aitune_fast._reader")?
         .getattr("dtype_probes")?
         .call0()?;
-    let probes = probes.downcast::<PyList>()?;
+    let probes = probes.cast::<PyList>()?;
     let mut owners: Vec<((usize, usize), Option<usize>)> = Vec::new();
     let mut dtypes: Vec<Py<PyAny>> = Vec::new();
     for item in probes.iter() {

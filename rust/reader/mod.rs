@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
 /// Most dimensions a fast reader hands over; higher ranks go through Python.
@@ -77,12 +77,12 @@ struct Types {
 type ModeEnabled = unsafe extern "C" fn() -> bool;
 const MODE_ENABLED_SYMBOL: &std::ffi::CStr = c"_ZN2at4impl27torch_function_mode_enabledEv";
 
-static TYPES: GILOnceCell<Types> = GILOnceCell::new();
+static TYPES: PyOnceLock<Types> = PyOnceLock::new();
 
 fn types(py: Python<'_>) -> PyResult<&'static Types> {
     TYPES.get_or_try_init(py, || {
         let torch = py.import("torch")?;
-        let tensor = torch.getattr("Tensor")?.downcast_into::<PyType>()?;
+        let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?;
         let mode_enabled = torch
             .getattr("_C")?
             .getattr("_is_torch_function_mode_enabled")?;
@@ -115,7 +115,7 @@ fn types(py: Python<'_>) -> PyResult<&'static Types> {
             parameter: torch
                 .getattr("nn")?
                 .getattr("Parameter")?
-                .downcast_into::<PyType>()?
+                .cast_into::<PyType>()?
                 .unbind(),
             mode_enabled: mode_enabled.unbind(),
         })

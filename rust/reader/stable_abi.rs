@@ -9,11 +9,11 @@
 //! `dlopen(RTLD_NOLOAD)` + `dlsym` at run time: nothing is linked, no header is compiled. Without
 //! them (older torch) the extent is asked of Python (`untyped_storage()`), three calls slower.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 
 type Handle = *mut c_void;
 type FromPy = unsafe extern "C" fn(py_obj: *mut c_void, ret: *mut Handle) -> i32;
@@ -22,14 +22,7 @@ type Delete = unsafe extern "C" fn(tensor: Handle) -> i32;
 type GetSizes = unsafe extern "C" fn(tensor: Handle, ret: *mut *mut i64) -> i32;
 type GetI32 = unsafe extern "C" fn(tensor: Handle, ret: *mut i32) -> i32;
 
-const RTLD_LAZY: c_int = 0x1;
-const RTLD_NOLOAD: c_int = 0x4;
-
-#[link(name = "dl")]
-extern "C" {
-    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-}
+use libc::{dlopen, dlsym, RTLD_LAZY, RTLD_NOLOAD};
 
 pub struct StableAbi {
     from_pyobject: FromPy,
@@ -41,7 +34,7 @@ pub struct StableAbi {
     dtype: GetI32,
 }
 
-static STABLE: GILOnceCell<Option<StableAbi>> = GILOnceCell::new();
+static STABLE: PyOnceLock<Option<StableAbi>> = PyOnceLock::new();
 /// Set by tests to take the Python path for the extent even where torch has the functions.
 static OFF: AtomicBool = AtomicBool::new(false);
 
@@ -196,7 +189,7 @@ pub fn stats() -> (u64, u64) {
 }
 
 /// Torch dtype objects by stable-ABI dtype code (c10's ScalarType numbering).
-static DTYPES: GILOnceCell<Vec<Option<Py<PyAny>>>> = GILOnceCell::new();
+static DTYPES: PyOnceLock<Vec<Option<Py<PyAny>>>> = PyOnceLock::new();
 
 fn build_table(py: Python<'_>, abi: &StableAbi) -> PyResult<Vec<Option<Py<PyAny>>>> {
     let probes = py

@@ -25,13 +25,13 @@ impl Multiplier {
     /// an int as it is; a symbolic one (traced) raises as NaN.
     fn of(v: &Bound<'_, PyAny>) -> PyResult<Multiplier> {
         let py = v.py();
-        if let Ok(i) = v.downcast::<PyInt>() {
+        if let Ok(i) = v.cast::<PyInt>() {
             return Ok(match i.extract::<i64>() {
                 Ok(n) => Multiplier::Small(n),
                 // SAFETY: a new reference or NULL with an exception set; `int(i)` of an int
                 Err(_) => Multiplier::Big(unsafe {
                     Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Long(i.as_ptr()))?
-                        .downcast_into_unchecked::<PyInt>()
+                        .cast_into_unchecked::<PyInt>()
                         .unbind()
                 }),
             });
@@ -53,7 +53,7 @@ impl Multiplier {
         // SAFETY: a new reference or NULL with an exception set
         Ok(Multiplier::Big(unsafe {
             Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyLong_FromDouble(m))?
-                .downcast_into_unchecked::<PyInt>()
+                .cast_into_unchecked::<PyInt>()
                 .unbind()
         }))
     }
@@ -209,7 +209,7 @@ impl TensorSpec {
         let mut mult: Option<Vec<Bound<'_, PyAny>>> = None;
         for (i, item) in self.shape.bind(py).try_iter()?.enumerate() {
             let item = item?;
-            let Ok(s) = item.downcast::<PyString>() else {
+            let Ok(s) = item.cast::<PyString>() else {
                 continue;
             };
             if !s.to_cow()?.starts_with("batch") {
@@ -288,7 +288,7 @@ fn state_list(
     name: &str,
     ok: impl Fn(&Bound<'_, PyAny>) -> bool,
 ) -> PyResult<usize> {
-    let list = value.downcast::<PyList>().map_err(|_| {
+    let list = value.cast::<PyList>().map_err(|_| {
         PyTypeError::new_err(format!("TensorSpec state: {name} is a list, got {value}"))
     })?;
     for item in list.iter() {
@@ -424,10 +424,7 @@ impl TensorSpec {
         else {
             let it = crate::interp::interp(py)?;
             let spec = it.reference_spec.bind(py).call1((tensor, batch_size))?;
-            return Ok(spec
-                .downcast_into::<TensorSpec>()?
-                .try_borrow()?
-                .clone_ref(py));
+            return Ok(spec.cast_into::<TensorSpec>()?.try_borrow()?.clone_ref(py));
         };
         if batch_size == 0.0 && !dims.is_empty() {
             return Err(pyo3::exceptions::PyZeroDivisionError::new_err(
@@ -455,7 +452,7 @@ impl TensorSpec {
     }
 
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match other.downcast::<TensorSpec>() {
+        match other.cast::<TensorSpec>() {
             Ok(o) => Ok(self.rank(py)? == o.try_borrow()?.rank(py)?),
             Err(_) => Ok(false),
         }
@@ -629,7 +626,7 @@ impl TensorSpec {
 
     fn __clear__(&mut self) {
         field_set();
-        Python::with_gil(|py| {
+        Python::attach(|py| {
             for field in [
                 &mut self.shape,
                 &mut self.min_shape,

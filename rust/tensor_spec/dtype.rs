@@ -23,8 +23,8 @@ static DTYPES: Mutex<Vec<DtypeEntry>> = Mutex::new(Vec::new());
 pub const FOREIGN_DTYPE: u16 = u16::MAX;
 
 fn is_table_dtype(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    static TORCH_DTYPE: pyo3::sync::GILOnceCell<Py<pyo3::types::PyType>> =
-        pyo3::sync::GILOnceCell::new();
+    static TORCH_DTYPE: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> =
+        pyo3::sync::PyOnceLock::new();
     let py = obj.py();
     if obj.is_none() {
         return Ok(true);
@@ -33,7 +33,7 @@ fn is_table_dtype(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
         Ok(py
             .import("torch")?
             .getattr("dtype")?
-            .downcast_into::<pyo3::types::PyType>()?
+            .cast_into::<pyo3::types::PyType>()?
             .unbind())
     })?;
     Ok(obj.get_type().is(t.bind(py)))

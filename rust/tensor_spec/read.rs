@@ -115,13 +115,13 @@ pub fn read_tensor(
         dims.push(d.extract::<i64>()?);
         Ok(true)
     };
-    if let Ok(t) = shape.downcast::<PyTuple>() {
+    if let Ok(t) = shape.cast::<PyTuple>() {
         for d in t.iter_borrowed() {
             if !take(&d)? {
                 return Ok(None);
             }
         }
-    } else if let Ok(l) = shape.downcast::<PyList>() {
+    } else if let Ok(l) = shape.cast::<PyList>() {
         for d in l.iter() {
             if !take(&d)? {
                 return Ok(None);

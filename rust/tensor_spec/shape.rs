@@ -80,7 +80,7 @@ impl Dim {
     }
 
     pub(super) fn from_py(v: &Bound<'_, PyAny>) -> PyResult<Dim> {
-        if let Ok(s) = v.downcast::<PyString>() {
+        if let Ok(s) = v.cast::<PyString>() {
             return Ok(Dim::parse(&s.to_cow()?));
         }
         if v.is_instance_of::<PyInt>() {

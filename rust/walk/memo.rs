@@ -406,7 +406,7 @@ impl Memo {
             }
             Err(e) => return Err(e),
         };
-        let (Ok(d), true) = (dict.downcast_exact::<PyDict>(), class.std_dict) else {
+        let (Ok(d), true) = (dict.cast_exact::<PyDict>(), class.std_dict) else {
             self.python += 1;
             return Ok(UserFields {
                 own: instance_fields(py, &dict, class)?.map(|f| FieldList::Own(Arc::from(f))),
@@ -471,9 +471,9 @@ fn instance_fields(
 ) -> PyResult<Option<Vec<Py<PyString>>>> {
     // sorted by their UTF-8 bytes (surrogates in their 3-byte form): Python's code point order
     let mut extra: Vec<(Vec<u8>, Py<PyString>)> = Vec::new();
-    if let Ok(d) = dict.downcast::<PyDict>() {
+    if let Ok(d) = dict.cast::<PyDict>() {
         for k in d.keys() {
-            let name = k.downcast_into::<PyString>()?;
+            let name = k.cast_into::<PyString>()?;
             let text = str_bytes(&name)?;
             if !text.starts_with(b"_") && !class.set.contains(text.as_ref()) {
                 extra.push((text.into_owned(), name.unbind()));
@@ -481,7 +481,7 @@ fn instance_fields(
         }
     } else if dict.is_truthy()? {
         for k in dict.try_iter()? {
-            let name = k?.downcast_into::<PyString>()?;
+            let name = k?.cast_into::<PyString>()?;
             let text = str_bytes(&name)?;
             if !text.starts_with(b"_") && !class.set.contains(text.as_ref()) {
                 extra.push((text.into_owned(), name.unbind()));

@@ -91,7 +91,7 @@ fn data_items(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Option<DataIte
             (*ty.as_type_ptr()).tp_getattro.map(|f| f as usize),
             (*helper
                 .getattr("GetattrHook")?
-                .downcast::<PyType>()?
+                .cast::<PyType>()?
                 .as_type_ptr())
             .tp_getattro
             .map(|f| f as usize),
@@ -179,7 +179,7 @@ fn standard_dict(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<bool> {
     for k in ty.getattr(pyo3::intern!(py, "__mro__"))?.try_iter()? {
         let vars = k?.getattr(pyo3::intern!(py, "__dict__"))?;
         if let Ok(d) = vars.get_item("__dict__") {
-            return Ok(d.is_exact_instance(getset.downcast::<PyType>()?));
+            return Ok(d.is_exact_instance(getset.cast::<PyType>()?));
         }
     }
     Ok(false)
@@ -355,9 +355,9 @@ fn classify(
         let dc = py.import("dataclasses")?;
         let field_marker = dc.getattr("_FIELD")?;
         let declared = ty.getattr(pyo3::intern!(py, "__dataclass_fields__"))?;
-        for f in declared.downcast::<PyDict>()?.values() {
+        for f in declared.cast::<PyDict>()?.values() {
             if f.getattr("_field_type")?.is(&field_marker) {
-                fields.push(f.getattr("name")?.downcast_into::<PyString>()?.unbind());
+                fields.push(f.getattr("name")?.cast_into::<PyString>()?.unbind());
             }
         }
         Walk::Dataclass
@@ -424,7 +424,7 @@ pub fn class_fields(py: Python<'_>, ty: &Bound<'_, PyType>) -> PyResult<Arc<Clas
     let mut names = Vec::new();
     let mut set = std::collections::HashSet::new();
     for attr in ty.dir()?.iter() {
-        let name = attr.downcast_into::<PyString>()?;
+        let name = attr.cast_into::<PyString>()?;
         let text = crate::paths::str_bytes(&name)?.into_owned();
         if text.starts_with(b"_") {
             continue;

@@ -5,7 +5,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 
 use super::memo::{dict_entry, FieldList, InfoRef, Memo, MemoRef, NOT_DIRECT};
@@ -190,7 +190,7 @@ impl Layout {
         self.recheck(python, |this| {
             this.same_class(obj)
                 && Self::instance_dict(obj)
-                    .and_then(|d| d.downcast_into_exact::<PyDict>().ok())
+                    .and_then(|d| d.cast_into_exact::<PyDict>().ok())
                     .and_then(|d| d.get_item(pyo3::intern!(d.py(), "data")).ok().flatten())
                     .is_some_and(|v| v.is(data))
         })
@@ -374,16 +374,16 @@ fn open<'py>(
 ) -> PyResult<Source<'py>> {
     Ok(match info.walk {
         Walk::List => {
-            let l = obj.downcast::<PyList>()?.clone();
+            let l = obj.cast::<PyList>()?.clone();
             let ahead = Lookahead::for_len(py, l.len())?;
             Source::List(l, 0, ahead)
         }
         Walk::Tuple => {
-            let t = obj.downcast::<PyTuple>()?.clone();
+            let t = obj.cast::<PyTuple>()?.clone();
             let ahead = Lookahead::for_len(py, t.len())?;
             Source::Tuple(t, 0, ahead)
         }
-        Walk::Dict => Source::Dict(DictItems::new(obj.downcast::<PyDict>()?.clone())),
+        Walk::Dict => Source::Dict(DictItems::new(obj.cast::<PyDict>()?.clone())),
         Walk::Sequence => {
             memo.python += 1;
             Source::Seq(obj.try_iter()?, 0)
@@ -451,7 +451,7 @@ fn mapping_source<'py>(
             let dict = (*(items.as_ptr() as *const DictView)).dv_dict;
             if !dict.is_null() && ffi::PyDict_Check(dict) != 0 {
                 return Ok(Source::Dict(DictItems::new(
-                    Bound::from_borrowed_ptr(py, dict).downcast_into_unchecked(),
+                    Bound::from_borrowed_ptr(py, dict).cast_into_unchecked(),
                 )));
             }
         }
@@ -475,7 +475,7 @@ fn user_dict_data<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> Option<Bound
         )
     };
     let dict = match dict {
-        Ok(d) => d.downcast_into_exact::<PyDict>().ok()?,
+        Ok(d) => d.cast_into_exact::<PyDict>().ok()?,
         Err(_) => return None, // no instance dict: let `.items()` say what happens
     };
     if dict.contains(pyo3::intern!(py, "items")).ok()? {
@@ -483,7 +483,7 @@ fn user_dict_data<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> Option<Bound
     }
     dict.get_item(pyo3::intern!(py, "data"))
         .ok()??
-        .downcast_into_exact::<PyDict>()
+        .cast_into_exact::<PyDict>()
         .ok()
 }
 
@@ -492,7 +492,7 @@ fn is_cache_position(py: Python<'_>, acc: &Accessor) -> PyResult<bool> {
         Accessor::Str(s) => {
             // a str whose content hash is known and differs from "cache_position"'s is another
             // string (the common case: no comparison)
-            static CP_HASH: GILOnceCell<isize> = GILOnceCell::new();
+            static CP_HASH: PyOnceLock<isize> = PyOnceLock::new();
             let cp = *CP_HASH.get_or_try_init(py, || PyString::new(py, "cache_position").hash())?;
             if let Some(h) = crate::paths::cached_str_hash(s.bind(py)) {
                 if h != cp {

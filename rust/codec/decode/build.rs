@@ -3,14 +3,19 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
+use crate::codec::error::{CodecError, CodecResult};
+
 use crate::codec::shared::{dtype_named, guess_bs, mults_match, type_name};
-use crate::metadata::{Compact, SampleMetadata};
-use crate::paths::{path_eq, py_int_hash, Accessor, Arena, Kind, Locator, SharedArena, Text};
+use crate::metadata::{Compact, SampleMetadata, RANK_LIMIT_MESSAGE};
+use crate::paths::{
+    path_eq, py_int_hash, Accessor, Arena, Kind, Locator, PathIndex, SharedArena, Text,
+};
 use crate::tensor_spec::{dtype_id, multiplier, Dim, Spec, TensorSpec};
 
 /// A step's accessor as read, before it becomes a node.
@@ -20,50 +25,10 @@ pub(super) enum Acc<'a, 'py> {
     Obj(Bound<'py, PyAny>),
 }
 
-/// The dedup map's hasher: multiply-rotate over its small integer keys (std's SipHash costs more
-/// than the rest of a lookup), started from a per-process random seed and finished with murmur's
-/// fmix64 so that keys crafted to share low bits do not pile into one bucket.
-#[derive(Clone, Copy)]
-struct FastHasher(u64);
-
-impl Default for FastHasher {
-    fn default() -> Self {
-        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        FastHasher(*SEED.get_or_init(|| {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(0x5eed);
-            h.finish() | 1
-        }))
-    }
-}
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        x ^ (x >> 33)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+/// The dedup map: its keys are small integers (a node, a kind, an int step or a string's hash),
+/// which foldhash hashes in a few instructions (std's SipHash cost more than the rest of a
+/// lookup), from a per-process random seed so that crafted keys do not pile into one bucket.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A step of the previous locator read, so that the next one, which usually shares its prefix,
 /// finds its nodes without a lookup.
@@ -71,15 +36,6 @@ pub(super) enum LastKey {
     Int(i64),
     Str(String),
     Never,
-}
-
-fn fnv(s: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in s {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// A node's Int children while they are exactly `0..next`, all of kind `kind`.
@@ -162,7 +118,7 @@ impl<'py> Build<'py> {
     /// lookup: a map of a million children, one cache miss per lookup, would cost more than the
     /// rest of the decoding. The first child that breaks the pattern puts every Int node made so
     /// far into `dedup` (once), and from then on each step is looked up.
-    fn step_int(&mut self, parent: u32, v: i64, kind: Kind) -> PyResult<u32> {
+    fn step_int(&mut self, parent: u32, v: i64, kind: Kind) -> CodecResult<u32> {
         if !self.indexed {
             if self.dense.len() <= parent as usize {
                 self.dense
@@ -213,8 +169,8 @@ impl<'py> Build<'py> {
         s: &str,
         obj: Option<&Bound<'py, PyString>>,
         kind: Kind,
-    ) -> PyResult<u32> {
-        let key = (parent, kind as u8 + 4, fnv(s.as_bytes()));
+    ) -> CodecResult<u32> {
+        let key = (parent, kind as u8 + 4, self.dedup.hasher().hash_one(s));
         let hit = self.dedup.get(&key).copied();
         if let Some(n) = hit {
             if let Accessor::Str(x) = &self.arena.node(n).acc {
@@ -238,7 +194,7 @@ impl<'py> Build<'py> {
         Ok(n)
     }
 
-    pub(super) fn step(&mut self, parent: u32, acc: Acc<'_, 'py>, kind: Kind) -> PyResult<u32> {
+    pub(super) fn step(&mut self, parent: u32, acc: Acc<'_, 'py>, kind: Kind) -> CodecResult<u32> {
         match acc {
             Acc::Int(v) => self.step_int(parent, v, kind),
             Acc::Str(s) => self.step_str(parent, &s, None, kind),
@@ -255,50 +211,49 @@ impl<'py> Build<'py> {
                             // a lone surrogate: no dedup key; equal paths are checked later
                             let h = s.hash()?;
                             self.exact_nodes = false;
-                            self.arena
-                                .push_hashed(parent, Accessor::Str(s.unbind()), kind, h)
+                            Ok(self.arena.push_hashed(
+                                parent,
+                                Accessor::Str(s.unbind()),
+                                kind,
+                                h,
+                            )?)
                         }
                     }
                 }
                 Accessor::Obj(o) => {
                     let o = o.into_bound(self.py);
                     let h = o.hash().map_err(|e| {
-                        PyValueError::new_err(format!(
-                            "a locator accessor must be hashable, got {} ({})",
-                            type_name(&o),
-                            e.value(self.py)
-                        ))
+                        let msg =
+                            format!("a locator accessor must be hashable, got {}", type_name(&o));
+                        CodecError::refusing::<PyTypeError>(self.py, e, msg)
                     })?;
                     let acc = Accessor::Obj(o.clone().unbind());
                     let mut shown = Text::new();
                     if acc.format(self.py, &mut shown).is_err() {
-                        return Err(PyValueError::new_err(format!(
+                        return Err(CodecError::value(format!(
                             "the locator accessor {} cannot be displayed",
                             o.repr().map(|r| r.to_string()).unwrap_or_default()
                         )));
                     }
                     self.exact_nodes = false;
-                    self.arena.push_hashed(parent, acc, kind, h)
+                    Ok(self.arena.push_hashed(parent, acc, kind, h)?)
                 }
             },
         }
     }
 
-    pub(super) fn dtype_of_name(&mut self, name: &str) -> PyResult<Result<u16, String>> {
+    /// The dtype id of the torch dtype called `name` (a refusal, not yet placed, when there is
+    /// none).
+    pub(super) fn dtype_of_name(&mut self, name: &str) -> CodecResult<u16> {
         if let Some(&id) = self.dtypes.get(name) {
-            return Ok(Ok(id));
+            return Ok(id);
         }
-        match dtype_named(self.py, name)? {
-            Ok(obj) => {
-                let id = dtype_id(&obj)?;
-                self.dtypes.insert(name.to_owned(), id);
-                Ok(Ok(id))
-            }
-            Err(msg) => Ok(Err(msg)),
-        }
+        let id = dtype_id(&dtype_named(self.py, name)?)?;
+        self.dtypes.insert(name.to_owned(), id);
+        Ok(id)
     }
 
-    pub(super) fn dtype_none(&mut self) -> PyResult<u16> {
+    pub(super) fn dtype_none(&mut self) -> CodecResult<u16> {
         if let Some(id) = self.none_dtype {
             return Ok(id);
         }
@@ -314,7 +269,7 @@ impl<'py> Build<'py> {
         out: u8,
         dims: TensorDims<'_>,
         dtype: u16,
-    ) -> PyResult<()> {
+    ) -> CodecResult<()> {
         let TensorDims {
             shape,
             min,
@@ -341,10 +296,10 @@ impl<'py> Build<'py> {
             };
             if ok {
                 self.learned.push(None);
-                return self.c.push_tensor(node, min, dtype);
+                return self.push_tensor(node, min, dtype);
             }
         }
-        self.c.push_tensor(node, max, dtype)?;
+        self.push_tensor(node, max, dtype)?;
         self.learned.push(Some(Box::new(Spec {
             shape: shape.to_vec(),
             min: min.to_vec(),
@@ -356,6 +311,14 @@ impl<'py> Build<'py> {
         Ok(())
     }
 
+    /// The compact item of a tensor (a refusal past the rank the storage holds).
+    fn push_tensor(&mut self, node: u32, dims: &[i64], dtype: u16) -> CodecResult<()> {
+        if !Compact::rank_fits(dims.len()) {
+            return Err(CodecError::value(RANK_LIMIT_MESSAGE));
+        }
+        Ok(self.c.push_tensor(node, dims, dtype)?)
+    }
+
     /// Add a tensor that saw one shape, `dims`, at batch size `bs`.
     pub(super) fn add_fresh(
         &mut self,
@@ -364,13 +327,13 @@ impl<'py> Build<'py> {
         dims: &[i64],
         dtype: u16,
         bs: f64,
-    ) -> PyResult<()> {
+    ) -> CodecResult<()> {
         let mine = *self.bs.get_or_insert(bs);
         if mine.to_bits() == bs.to_bits() || (mine.is_nan() && bs.is_nan()) {
             self.t_nodes.push(node);
             self.t_out.push(out);
             self.learned.push(None);
-            return self.c.push_tensor(node, dims, dtype);
+            return self.push_tensor(node, dims, dtype);
         }
         let shape: Vec<Dim> = dims.iter().map(|&d| Dim::Int(d)).collect();
         let mult: Vec<f64> = dims.iter().map(|&d| multiplier(d, bs)).collect();
@@ -402,7 +365,7 @@ impl<'py> Build<'py> {
         }
     }
 
-    fn find_dup(&self, nodes: &[u32]) -> PyResult<Option<(usize, usize)>> {
+    fn find_dup(&self, nodes: &[u32]) -> CodecResult<Option<(usize, usize)>> {
         if self.exact_nodes {
             let mut seen: Vec<u32> = vec![u32::MAX; self.arena.len()];
             for (i, &n) in nodes.iter().enumerate() {
@@ -414,15 +377,14 @@ impl<'py> Build<'py> {
             }
             return Ok(None);
         }
-        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(nodes.len());
+        let mut index = PathIndex::with_capacity(nodes.len());
         for (i, &n) in nodes.iter().enumerate() {
-            let bucket = buckets.entry(self.arena.node(n).hash).or_default();
-            for &j in bucket.iter() {
-                if path_eq(self.py, &self.arena, nodes[j], &self.arena, n)? {
-                    return Ok(Some((j, i)));
-                }
+            let h = self.arena.node(n).hash;
+            let same = |j: usize| path_eq(self.py, &self.arena, nodes[j], &self.arena, n);
+            if let Some(j) = index.find(h, same)? {
+                return Ok(Some((j, i)));
             }
-            bucket.push(i);
+            index.insert(h, i);
         }
         Ok(None)
     }
@@ -433,7 +395,7 @@ impl<'py> Build<'py> {
         llm_phase: Option<Py<PyAny>>,
         default_out: bool,
         reject_duplicates: bool,
-    ) -> PyResult<SampleMetadata> {
+    ) -> CodecResult<SampleMetadata> {
         let py = self.py;
         let resolve = |f: u8| match f {
             1 => false,
@@ -459,7 +421,7 @@ impl<'py> Build<'py> {
         ] {
             if let Some((i, j)) = self.find_dup(nodes)? {
                 if reject_duplicates {
-                    return Err(PyValueError::new_err(format!(
+                    return Err(CodecError::value(format!(
                         "{}: {list}[{i}] and {list}[{j}] have the same locator {:?}",
                         self.what,
                         self.arena.display_path_lossy(py, nodes[j], default_out)

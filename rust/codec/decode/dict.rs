@@ -1,12 +1,13 @@
 //! `from_dict()`: the dict's keys and values checked, each part read as aitune_fast's JSON or the
 //! reference's pickle.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyString};
 
+use crate::codec::error::{CodecError, CodecResult};
+
 use crate::codec::shared::type_name;
-use crate::codec::text::parse::Parser;
+use crate::codec::syntax::read::Parser;
 use crate::metadata::SampleMetadata;
 
 use super::build::Build;
@@ -15,38 +16,43 @@ use super::legacy::{legacy_others, legacy_rows, legacy_tensors};
 
 const DICT_KEYS: [&str; 4] = ["tensor_data", "other_data", "strict", "llm_phase"];
 
+const WHAT: &str = "SampleMetadata.from_dict";
+
 /// `from_dict`: the metadata, and whether its `tensor_data` part says it was written by an
 /// `ExactSampleMetadata` (the reference's pickled dicts never do).
 pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMetadata, bool)> {
-    const WHAT: &str = "SampleMetadata.from_dict";
-    let d = data.downcast::<PyDict>().map_err(|_| {
-        PyValueError::new_err(format!(
+    read_dict(py, data).map_err(|e| e.into_pyerr(py))
+}
+
+fn read_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> CodecResult<(SampleMetadata, bool)> {
+    let d = data.cast::<PyDict>().map_err(|_| {
+        CodecError::value(format!(
             "{WHAT}: expected a dict (as to_dict() returns), got {}",
             type_name(data)
         ))
     })?;
     for k in d.keys() {
         let known = k
-            .downcast_exact::<PyString>()
+            .cast_exact::<PyString>()
             .ok()
             .and_then(|s| s.to_str().ok().map(|t| DICT_KEYS.contains(&t)))
             .unwrap_or(false);
         if !known {
-            return Err(PyValueError::new_err(format!(
+            return Err(CodecError::value(format!(
                 "{WHAT}: unexpected key {} (the keys are tensor_data, other_data, strict and llm_phase)",
                 k.repr().map(|r| r.to_string()).unwrap_or_default()
             )));
         }
     }
-    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+    let get = |k: &str| -> CodecResult<Bound<'_, PyAny>> {
         d.get_item(k)?
-            .ok_or_else(|| PyValueError::new_err(format!("{WHAT}: missing key {k:?}")))
+            .ok_or_else(|| CodecError::value(format!("{WHAT}: missing key {k:?}")))
     };
     let strict = get("strict")?;
     let strict = strict
-        .downcast_exact::<PyBool>()
+        .cast_exact::<PyBool>()
         .map_err(|_| {
-            PyValueError::new_err(format!(
+            CodecError::value(format!(
                 "{WHAT}: strict must be a bool, got {}",
                 type_name(&strict)
             ))
@@ -58,7 +64,7 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
     } else if phase.is_exact_instance_of::<PyString>() {
         Some(phase.clone().unbind())
     } else {
-        return Err(PyValueError::new_err(format!(
+        return Err(CodecError::value(format!(
             "{WHAT}: llm_phase must be a str or None, got {}",
             type_name(&phase)
         )));
@@ -70,13 +76,13 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
     for (key, doc) in [("tensor_data", Doc::Tensors), ("other_data", Doc::Others)] {
         let v = get(key)?;
         let owned: Vec<u8>;
-        let bytes: &[u8] = if let Ok(bb) = v.downcast_exact::<PyBytes>() {
+        let bytes: &[u8] = if let Ok(bb) = v.cast_exact::<PyBytes>() {
             bb.as_bytes()
-        } else if let Ok(ba) = v.downcast_exact::<PyByteArray>() {
+        } else if let Ok(ba) = v.cast_exact::<PyByteArray>() {
             owned = ba.to_vec();
             &owned
         } else {
-            return Err(PyValueError::new_err(format!(
+            return Err(CodecError::value(format!(
                 "{WHAT}: {key} must be bytes, got {}",
                 type_name(&v)
             )));
@@ -88,8 +94,8 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
                 } else {
                     "SampleMetadata.from_dict: other_data"
                 };
-                let mut p = Parser::new(bytes, false, what);
-                let info = read_doc(py, &mut p, &mut b, doc)?;
+                let mut p = Parser::new(bytes, false);
+                let info = read_doc(py, &mut p, &mut b, doc).map_err(|e| e.locate(what, bytes))?;
                 default_out.get_or_insert(info.is_output);
                 exact |= info.exact;
             }
@@ -104,7 +110,7 @@ pub fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(SampleMet
                 }
             }
             first => {
-                return Err(PyValueError::new_err(format!(
+                return Err(CodecError::value(format!(
                 "{WHAT}: {key} is neither aitune_fast's encoding (JSON text, starting with '{{') \
                      nor a pickle written by the reference (starting with 0x80); {}",
                 match first {

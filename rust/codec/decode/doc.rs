@@ -2,10 +2,12 @@
 
 use pyo3::prelude::*;
 
+use crate::codec::error::{CodecError, CodecResult};
+
 use crate::codec::format::{
     CLASSES, FORMAT as FORMAT_FULL, FORMAT_OTHERS, FORMAT_TENSORS, VERSION,
 };
-use crate::codec::text::parse::{JNum, Parser, Tok};
+use crate::codec::syntax::read::{JNum, Parser, Tok};
 use crate::metadata::SampleMetadata;
 
 use super::build::Build;
@@ -129,7 +131,7 @@ fn read_section<'py>(
     b: &mut Build<'py>,
     sections: &mut Sections,
     key: usize,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     let full = sections.doc == Doc::Full;
     let (sc, part) = (&mut sections.sc, &mut sections.part);
     match key {
@@ -137,7 +139,7 @@ fn read_section<'py>(
         key::OTHER_DATA => read_entries(py, p, b, sc, false, full),
         key::DTYPES => read_dtypes(p, b, part),
         key::PATHS => read_paths(py, p, b, &mut part.paths),
-        key::TENSORS => read_tensor_rows(py, p, b, sc, part),
+        key::TENSORS => read_tensor_rows(p, b, sc, part),
         _ => read_other_rows(py, p, b, part),
     }
 }
@@ -148,7 +150,7 @@ pub(super) fn read_doc<'py>(
     p: &mut Parser<'_>,
     b: &mut Build<'py>,
     doc: Doc,
-) -> PyResult<DocInfo> {
+) -> CodecResult<DocInfo> {
     let (t0, o0) = (b.t_nodes.len(), b.o_nodes.len());
     let layout = doc.layout();
     let before_entries: u32 = layout
@@ -174,7 +176,10 @@ pub(super) fn read_doc<'py>(
     let top = p.pos;
     if p.peek()? != Tok::Obj {
         let t = p.peek()?;
-        return Err(p.err(format!("expected an object, found {}", t.name())));
+        return Err(CodecError::invalid_at(
+            p.pos,
+            format!("expected an object, found {}", t.name()),
+        ));
     }
     p.obj_begin()?;
     let mut first = true;
@@ -186,7 +191,7 @@ pub(super) fn read_doc<'py>(
             .as_str()
             .and_then(|k| DOC_KEYS.iter().position(|&x| x == k))
             .filter(|i| layout.required.contains(i) || layout.optional.contains(i));
-        let i = key_once(p, at, &name, found, &mut seen)?;
+        let i = key_once(at, &name, found, &mut seen)?;
         p.ws();
         let vat = p.pos;
         match i {
@@ -212,7 +217,7 @@ pub(super) fn read_doc<'py>(
         }
     }
     p.end()?;
-    check_required(p, top, &DOC_KEYS, seen, layout.required)?;
+    check_required(top, &DOC_KEYS, seen, layout.required)?;
     deferred.sort_by_key(|&(_, i)| !layout.tables.contains(&i));
     for (pos, i) in deferred {
         let mut q = p.fork_at(pos, 1);
@@ -223,11 +228,16 @@ pub(super) fn read_doc<'py>(
 }
 
 /// The `format` key's value, which must be `expected`; `Ok(true)` when it is.
-fn read_format(p: &mut Parser<'_>, expected: &str) -> PyResult<bool> {
+fn read_format(p: &mut Parser<'_>, expected: &str) -> CodecResult<bool> {
     let vat = p.pos;
     let f = match p.peek()? {
         Tok::Str => p.string()?,
-        t => return Err(p.err(format!("format is a string, found {}", t.name()))),
+        t => {
+            return Err(CodecError::invalid_at(
+                p.pos,
+                format!("format is a string, found {}", t.name()),
+            ))
+        }
     };
     if f.is(expected) {
         return Ok(true);
@@ -240,51 +250,64 @@ fn read_format(p: &mut Parser<'_>, expected: &str) -> PyResult<bool> {
     } else {
         ""
     };
-    Err(p.err_at(
+    Err(CodecError::invalid_at(
         vat,
         format!("format is {}, expected {expected:?}{hint}", f.show()),
     ))
 }
 
 /// The `version` key's value, which must be `VERSION`; `Ok(true)` when it is.
-fn read_version(p: &mut Parser<'_>) -> PyResult<bool> {
+fn read_version(p: &mut Parser<'_>) -> CodecResult<bool> {
     let vat = p.pos;
     let v = match p.peek()? {
         Tok::Num => p.number()?,
-        t => return Err(p.err(format!("version is an integer, found {}", t.name()))),
+        t => {
+            return Err(CodecError::invalid_at(
+                p.pos,
+                format!("version is an integer, found {}", t.name()),
+            ))
+        }
     };
     match v {
         JNum::Int(VERSION) => Ok(true),
-        JNum::Int(n) => Err(p.err_at(
+        JNum::Int(n) => Err(CodecError::invalid_at(
             vat,
             format!("unsupported version {n}: this aitune_fast reads version {VERSION}"),
         )),
-        _ => Err(p.err_at(vat, "version is an integer")),
+        _ => Err(CodecError::invalid_at(vat, "version is an integer")),
     }
 }
 
 /// The `llm_phase` key's value: a string or null.
-fn read_llm_phase(py: Python<'_>, p: &mut Parser<'_>) -> PyResult<Option<Py<PyAny>>> {
+fn read_llm_phase(py: Python<'_>, p: &mut Parser<'_>) -> CodecResult<Option<Py<PyAny>>> {
     match p.peek()? {
         Tok::Null => {
             p.null()?;
             Ok(None)
         }
         Tok::Str => Ok(Some(jstr_to_py(py, &p.string()?)?.into_any().unbind())),
-        t => Err(p.err(format!("llm_phase is a string or null, found {}", t.name()))),
+        t => Err(CodecError::invalid_at(
+            p.pos,
+            format!("llm_phase is a string or null, found {}", t.name()),
+        )),
     }
 }
 
 /// The `class` key's value: whether it names `ExactSampleMetadata` (else `SampleMetadata`).
-fn read_class(p: &mut Parser<'_>) -> PyResult<bool> {
+fn read_class(p: &mut Parser<'_>) -> CodecResult<bool> {
     let at = p.pos;
     let name = match p.peek()? {
         Tok::Str => p.string()?,
-        t => return Err(p.err(format!("class is a string, found {}", t.name()))),
+        t => {
+            return Err(CodecError::invalid_at(
+                p.pos,
+                format!("class is a string, found {}", t.name()),
+            ))
+        }
     };
     match CLASSES.iter().position(|c| name.is(c)) {
         Some(i) => Ok(i == 1),
-        None => Err(p.err_at(
+        None => Err(CodecError::invalid_at(
             at,
             format!(
                 "class is {}, expected one of {CLASSES:?} (a document names only aitune_fast's own classes)",
@@ -297,9 +320,12 @@ fn read_class(p: &mut Parser<'_>) -> PyResult<bool> {
 /// `from_json`: the metadata, and whether the document was written by an `ExactSampleMetadata`.
 pub fn from_json(py: Python<'_>, text: &str) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_json";
-    let mut p = Parser::new(text.as_bytes(), true, WHAT);
-    let mut b = Build::new(py, WHAT);
-    let info = read_doc(py, &mut p, &mut b, Doc::Full)?;
-    let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;
-    Ok((md, info.exact))
+    let read = || {
+        let mut p = Parser::new(text.as_bytes(), true);
+        let mut b = Build::new(py, WHAT);
+        let info = read_doc(py, &mut p, &mut b, Doc::Full).map_err(|e| e.locate(WHAT, p.src))?;
+        let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;
+        Ok((md, info.exact))
+    };
+    read().map_err(|e: CodecError| e.into_pyerr(py))
 }

@@ -2,7 +2,9 @@
 
 use pyo3::prelude::*;
 
-use crate::codec::text::parse::{JStr, Parser, Tok};
+use crate::codec::error::{CodecError, CodecResult};
+
+use crate::codec::syntax::read::{JStr, Parser, Tok};
 use crate::paths::ROOT;
 
 use super::build::{Build, OUT_DEFAULT};
@@ -72,7 +74,7 @@ struct Entry {
 }
 
 impl Entry {
-    fn open(p: &mut Parser<'_>, keys: &'static EntryKeys, full: bool) -> PyResult<Self> {
+    fn open(p: &mut Parser<'_>, keys: &'static EntryKeys, full: bool) -> CodecResult<Self> {
         let start = p.pos;
         p.obj_begin()?;
         Ok(Entry {
@@ -86,12 +88,12 @@ impl Entry {
     }
 
     /// The index of the next key (its value is next in `p`), `None` after the last.
-    fn next_key(&mut self, p: &mut Parser<'_>) -> PyResult<Option<usize>> {
+    fn next_key(&mut self, p: &mut Parser<'_>) -> CodecResult<Option<usize>> {
         let Some((at, key)) = p.obj_next(&mut self.first)? else {
             return Ok(None);
         };
         let found = self.key_index(&key);
-        key_once(p, at, &key, found, &mut self.seen).map(Some)
+        key_once(at, &key, found, &mut self.seen).map(Some)
     }
 
     /// The position of `key` in the keys this entry may have.
@@ -114,24 +116,27 @@ impl Entry {
     }
 
     /// Check, after the last key, that the entry had every key it must have.
-    fn check_required(&self, p: &Parser<'_>) -> PyResult<()> {
+    fn check_required(&self) -> CodecResult<()> {
         let required = if self.full {
             self.keys.required_full
         } else {
             self.keys.required_lean
         };
-        check_required(p, self.start, self.keys.names, self.seen, required)
+        check_required(self.start, self.keys.names, self.seen, required)
     }
 }
 
 /// An `access_path` value: checked to be a string, and skipped (the locator says the same).
-fn skip_access_path(p: &mut Parser<'_>) -> PyResult<()> {
+fn skip_access_path(p: &mut Parser<'_>) -> CodecResult<()> {
     match p.peek()? {
         Tok::Str => {
             p.string()?;
             Ok(())
         }
-        t => Err(p.err(format!("access_path is a string, found {}", t.name()))),
+        t => Err(CodecError::invalid_at(
+            p.pos,
+            format!("access_path is a string, found {}", t.name()),
+        )),
     }
 }
 
@@ -141,7 +146,7 @@ fn read_tensor_entry<'py>(
     b: &mut Build<'py>,
     sc: &mut Scratch,
     full: bool,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     let mut e = Entry::open(p, &TENSOR_KEYS, full)?;
     let (mut node, mut out, mut dtype) = (ROOT, OUT_DEFAULT, 0u16);
     while let Some(i) = e.next_key(p)? {
@@ -157,10 +162,10 @@ fn read_tensor_entry<'py>(
             _ => p.skip()?,
         }
     }
-    e.check_required(p)?;
-    check_entry_lengths(p, e.start, sc)?;
+    e.check_required()?;
+    check_entry_lengths(e.start, sc)?;
     b.add_tensor(node, out, sc.dims(), dtype)
-        .map_err(|err| p.err_at(e.start, err.value(py)))
+        .map_err(|err| err.at(e.start))
 }
 
 fn read_other_entry<'py>(
@@ -168,7 +173,7 @@ fn read_other_entry<'py>(
     p: &mut Parser<'_>,
     b: &mut Build<'py>,
     full: bool,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     let mut e = Entry::open(p, &OTHER_KEYS, full)?;
     let (mut node, mut out) = (ROOT, OUT_DEFAULT);
     let mut value: Option<Bound<'py, PyAny>> = None;
@@ -181,7 +186,7 @@ fn read_other_entry<'py>(
             _ => p.skip()?,
         }
     }
-    e.check_required(p)?;
+    e.check_required()?;
     if let Some(v) = value {
         b.add_other(node, out, v.unbind());
     }
@@ -195,18 +200,17 @@ pub(super) fn read_entries<'py>(
     sc: &mut Scratch,
     tensors: bool,
     full: bool,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     p.arr_begin()?;
     let mut first = true;
     let mut i = 0;
     while p.arr_next(&mut first)? {
-        p.ctx = Some((if tensors { "tensor_data" } else { "other_data" }, i));
-        if tensors {
-            read_tensor_entry(py, p, b, sc, full)?;
+        let read = if tensors {
+            read_tensor_entry(py, p, b, sc, full)
         } else {
-            read_other_entry(py, p, b, full)?;
-        }
-        p.ctx = None;
+            read_other_entry(py, p, b, full)
+        };
+        read.map_err(|e| e.in_entry(if tensors { "tensor_data" } else { "other_data" }, i))?;
         i += 1;
     }
     Ok(())

@@ -1,15 +1,15 @@
 //! Fields shared by `to_json` entries and `to_dict` rows: shapes, sizes, multipliers, dtypes, and
 //! the checks on their lengths and on required keys.
 
-use pyo3::prelude::*;
+use crate::codec::error::{CodecError, CodecResult};
 
-use crate::codec::text::parse::{JStr, Parser, Tok};
+use crate::codec::syntax::read::{JStr, Parser, Tok};
 use crate::tensor_spec::Dim;
 
 use super::build::{Build, TensorDims};
 use super::value::read_float;
 
-pub(super) fn read_dtype(p: &mut Parser<'_>, b: &mut Build<'_>) -> PyResult<u16> {
+pub(super) fn read_dtype(p: &mut Parser<'_>, b: &mut Build<'_>) -> CodecResult<u16> {
     p.ws();
     let at = p.pos;
     match p.peek()? {
@@ -19,16 +19,17 @@ pub(super) fn read_dtype(p: &mut Parser<'_>, b: &mut Build<'_>) -> PyResult<u16>
         }
         Tok::Str => {
             let s = p.string()?;
-            match b.dtype_of_name(s.as_str().unwrap_or("?"))? {
-                Ok(id) => Ok(id),
-                Err(msg) => Err(p.err_at(at, msg)),
-            }
+            b.dtype_of_name(s.as_str().unwrap_or("?"))
+                .map_err(|e| e.at(at))
         }
-        t => Err(p.err(format!("dtype is a string or null, found {}", t.name()))),
+        t => Err(CodecError::invalid_at(
+            p.pos,
+            format!("dtype is a string or null, found {}", t.name()),
+        )),
     }
 }
 
-pub(super) fn read_floats(p: &mut Parser<'_>, out: &mut Vec<f64>) -> PyResult<()> {
+pub(super) fn read_floats(p: &mut Parser<'_>, out: &mut Vec<f64>) -> CodecResult<()> {
     out.clear();
     p.arr_begin()?;
     let mut first = true;
@@ -38,10 +39,10 @@ pub(super) fn read_floats(p: &mut Parser<'_>, out: &mut Vec<f64>) -> PyResult<()
     Ok(())
 }
 
-pub(super) fn check_entry_lengths(p: &Parser<'_>, at: usize, sc: &Scratch) -> PyResult<()> {
+pub(super) fn check_entry_lengths(at: usize, sc: &Scratch) -> CodecResult<()> {
     let r = sc.shape.len();
     if sc.min.len() != r || sc.max.len() != r || sc.mult.len() != r {
-        return Err(p.err_at(
+        return Err(CodecError::invalid_at(
             at,
             format!(
                 "shape, min_shape, max_shape and bs_multipliers have different lengths ({r}, {}, {}, {})",
@@ -73,7 +74,7 @@ impl Scratch {
     }
 }
 
-pub(super) fn read_ints(p: &mut Parser<'_>, out: &mut Vec<i64>, what: &str) -> PyResult<()> {
+pub(super) fn read_ints(p: &mut Parser<'_>, out: &mut Vec<i64>, what: &str) -> CodecResult<()> {
     out.clear();
     p.arr_begin()?;
     let mut first = true;
@@ -83,7 +84,7 @@ pub(super) fn read_ints(p: &mut Parser<'_>, out: &mut Vec<i64>, what: &str) -> P
     Ok(())
 }
 
-pub(super) fn read_dims(p: &mut Parser<'_>, out: &mut Vec<Dim>) -> PyResult<()> {
+pub(super) fn read_dims(p: &mut Parser<'_>, out: &mut Vec<Dim>) -> CodecResult<()> {
     out.clear();
     p.arr_begin()?;
     let mut first = true;
@@ -93,15 +94,20 @@ pub(super) fn read_dims(p: &mut Parser<'_>, out: &mut Vec<Dim>) -> PyResult<()> 
                 let at = p.pos;
                 match p.string()? {
                     JStr::Str(s) => out.push(Dim::parse(&s)),
-                    _ => return Err(p.err_at(at, "shape: a symbolic size must be valid Unicode")),
+                    _ => {
+                        return Err(CodecError::invalid_at(
+                            at,
+                            "shape: a symbolic size must be valid Unicode",
+                        ))
+                    }
                 }
             }
             Tok::Num => out.push(Dim::Int(p.int("shape")?)),
             t => {
-                return Err(p.err(format!(
-                    "shape holds integers and strings, found {}",
-                    t.name()
-                )))
+                return Err(CodecError::invalid_at(
+                    p.pos,
+                    format!("shape holds integers and strings, found {}", t.name()),
+                ))
             }
         }
     }
@@ -112,32 +118,39 @@ pub(super) fn read_dims(p: &mut Parser<'_>, out: &mut Vec<Dim>) -> PyResult<()> 
 /// `seen` (the mask of its keys read so far): an error naming it when it is not one of them
 /// (`None`) or was read before.
 pub(super) fn key_once(
-    p: &Parser<'_>,
     at: usize,
     key: &JStr<'_>,
     found: Option<usize>,
     seen: &mut u32,
-) -> PyResult<usize> {
+) -> CodecResult<usize> {
     let Some(i) = found else {
-        return Err(p.err_at(at, format!("unexpected key {}", key.show())));
+        return Err(CodecError::invalid_at(
+            at,
+            format!("unexpected key {}", key.show()),
+        ));
     };
     if *seen & (1 << i) != 0 {
-        return Err(p.err_at(at, format!("key {} occurs twice", key.show())));
+        return Err(CodecError::invalid_at(
+            at,
+            format!("key {} occurs twice", key.show()),
+        ));
     }
     *seen |= 1 << i;
     Ok(i)
 }
 
 pub(super) fn check_required(
-    p: &Parser<'_>,
     at: usize,
     keys: &[&str],
     seen: u32,
     required: &[usize],
-) -> PyResult<()> {
+) -> CodecResult<()> {
     for &i in required {
         if seen & (1 << i) == 0 {
-            return Err(p.err_at(at, format!("missing key {:?}", keys[i])));
+            return Err(CodecError::invalid_at(
+                at,
+                format!("missing key {:?}", keys[i]),
+            ));
         }
     }
     Ok(())

@@ -1,8 +1,10 @@
 //! Dicts written by the reference: rows from `aitune_fast._legacy`'s restricted unpickler.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
+
+use crate::codec::error::{CodecError, CodecResult};
 
 use crate::codec::shared::is_dtype;
 use crate::paths::{Kind, ROOT};
@@ -14,24 +16,19 @@ pub(super) fn legacy_rows<'py>(
     py: Python<'py>,
     func: &str,
     data: &[u8],
-) -> PyResult<Bound<'py, PyList>> {
+) -> CodecResult<Bound<'py, PyList>> {
     let m = py.import("aitune_fast._legacy")?;
     let rows = m.getattr(func)?.call1((PyBytes::new(py, data),))?;
-    Ok(rows.downcast_into::<PyList>()?)
+    Ok(rows.cast_into::<PyList>().map_err(PyErr::from)?)
 }
 
-fn bad_row(what: &str, list: &str, i: usize, msg: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(format!("{what}: {list}[{i}]: {msg}"))
-}
-
-fn legacy_path<'py>(b: &mut Build<'py>, steps: &Bound<'py, PyAny>) -> PyResult<u32> {
+fn legacy_path<'py>(b: &mut Build<'py>, steps: &Bound<'py, PyAny>) -> CodecResult<u32> {
     let mut cur = ROOT;
     for step in steps.try_iter()? {
         let step = step?;
         let (acc, kind): (Bound<'py, PyAny>, i64) = step.extract()?;
-        let kind = Kind::from_index(kind).ok_or_else(|| {
-            PyValueError::new_err(format!("object type {kind} is not 0, 1, 2 or 3"))
-        })?;
+        let kind = Kind::from_index(kind)
+            .ok_or_else(|| CodecError::value(format!("object type {kind} is not 0, 1, 2 or 3")))?;
         cur = b.step(cur, Acc::Obj(acc), kind)?;
     }
     Ok(cur)
@@ -41,11 +38,11 @@ pub(super) fn legacy_tensors<'py>(
     b: &mut Build<'py>,
     rows: &Bound<'py, PyList>,
     what: &str,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     each_row(b, rows, what, "tensor_data", legacy_tensor)
 }
 
-fn legacy_tensor<'py>(b: &mut Build<'py>, row: &Bound<'py, PyAny>) -> PyResult<()> {
+fn legacy_tensor<'py>(b: &mut Build<'py>, row: &Bound<'py, PyAny>) -> CodecResult<()> {
     let py = b.py;
     #[allow(clippy::type_complexity)]
     let (steps, out, shape, min, max, dtype, mult): (
@@ -60,14 +57,14 @@ fn legacy_tensor<'py>(b: &mut Build<'py>, row: &Bound<'py, PyAny>) -> PyResult<(
     let node = legacy_path(b, &steps)?;
     let mut dims = Vec::with_capacity(shape.len());
     for d in &shape {
-        if let Ok(s) = d.downcast::<PyString>() {
+        if let Ok(s) = d.cast::<PyString>() {
             dims.push(Dim::parse(s.to_str()?));
         } else {
             dims.push(Dim::Int(d.extract()?));
         }
     }
     if min.len() != dims.len() || max.len() != dims.len() || mult.len() != dims.len() {
-        return Err(PyValueError::new_err(format!(
+        return Err(CodecError::value(format!(
             "shape, min_shape, max_shape and _bs_multipliers have different lengths ({}, {}, {}, {})",
             dims.len(),
             min.len(),
@@ -80,7 +77,7 @@ fn legacy_tensor<'py>(b: &mut Build<'py>, row: &Bound<'py, PyAny>) -> PyResult<(
     } else if is_dtype(py, &dtype)? {
         dtype_id(&dtype)?
     } else {
-        return Err(PyValueError::new_err("the dtype is not a torch.dtype"));
+        return Err(CodecError::value("the dtype is not a torch.dtype"));
     };
     let seen = TensorDims {
         shape: &dims,
@@ -95,7 +92,7 @@ pub(super) fn legacy_others<'py>(
     b: &mut Build<'py>,
     rows: &Bound<'py, PyList>,
     what: &str,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     each_row(b, rows, what, "other_data", |b, row| {
         let (steps, out, value): (Bound<'py, PyAny>, bool, Bound<'py, PyAny>) = row.extract()?;
         let node = legacy_path(b, &steps)?;
@@ -110,11 +107,27 @@ fn each_row<'py>(
     rows: &Bound<'py, PyList>,
     what: &str,
     list: &str,
-    mut add: impl FnMut(&mut Build<'py>, &Bound<'py, PyAny>) -> PyResult<()>,
-) -> PyResult<()> {
+    mut add: impl FnMut(&mut Build<'py>, &Bound<'py, PyAny>) -> CodecResult<()>,
+) -> CodecResult<()> {
     let py = b.py;
     for (i, row) in rows.iter().enumerate() {
-        add(b, &row).map_err(|e| bad_row(what, list, i, e.value(py)))?;
+        add(b, &row).map_err(|e| bad_row(py, e).prefixed(&format!("{what}: {list}[{i}]")))?;
     }
     Ok(())
+}
+
+/// A row's error: a row the restricted reader returned in a shape other than the reference's
+/// (Python's `TypeError`, `ValueError` or `OverflowError` while taking it apart) is refused with
+/// that as the cause; anything else is passed on.
+fn bad_row(py: Python<'_>, e: CodecError) -> CodecError {
+    match e {
+        CodecError::Python(err)
+            if err.is_instance_of::<PyTypeError>(py)
+                || err.is_instance_of::<PyValueError>(py)
+                || err.is_instance_of::<PyOverflowError>(py) =>
+        {
+            CodecError::value("not a row as the reference writes it").caused_by(err)
+        }
+        other => other,
+    }
 }

@@ -1,18 +1,22 @@
 //! Locators read from text: `to_json`'s steps `[[accessor, object_type], ...]` and `to_dict`'s
 //! `paths` table.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::codec::error::{CodecError, CodecResult};
 use pyo3::types::PyFloat;
 
-use crate::codec::text::parse::{JNum, JStr, Parser, Tok};
+use crate::codec::syntax::read::{JNum, JStr, Parser, Tok};
 use crate::paths::{Kind, ROOT};
 
 use super::build::{Acc, Build, LastKey};
 use super::value::{big_int, jstr_to_py, read_exact};
 
 /// A step's accessor: a string or integer as such, any other `EXACT` value as a Python object.
-fn read_accessor<'a, 'py>(py: Python<'py>, p: &mut Parser<'a>) -> PyResult<(usize, Acc<'a, 'py>)> {
+fn read_accessor<'a, 'py>(
+    py: Python<'py>,
+    p: &mut Parser<'a>,
+) -> CodecResult<(usize, Acc<'a, 'py>)> {
     p.ws();
     let at = p.pos;
     let acc = match p.peek()? {
@@ -22,7 +26,7 @@ fn read_accessor<'a, 'py>(py: Python<'py>, p: &mut Parser<'a>) -> PyResult<(usiz
         },
         Tok::Num => match p.number()? {
             JNum::Int(v) => Acc::Int(v),
-            JNum::BigInt(d) => Acc::Obj(big_int(py, p, at, d)?),
+            JNum::BigInt(d) => Acc::Obj(big_int(py, at, d)?),
             JNum::Float(f) => Acc::Obj(PyFloat::new(py, f).into_any()),
         },
         _ => Acc::Obj(read_exact(py, p)?),
@@ -30,27 +34,19 @@ fn read_accessor<'a, 'py>(py: Python<'py>, p: &mut Parser<'a>) -> PyResult<(usiz
     Ok((at, acc))
 }
 
-fn read_kind(p: &mut Parser<'_>) -> PyResult<Kind> {
+fn read_kind(p: &mut Parser<'_>) -> CodecResult<Kind> {
     p.ws();
     let at = p.pos;
     let k = p.int("object type")?;
-    Kind::from_index(k).ok_or_else(|| p.err_at(at, format!("object type {k} is not 0, 1, 2 or 3")))
-}
-
-/// A ValueError from building, placed at `at` in the text.
-fn at_parser(py: Python<'_>, p: &Parser<'_>, at: usize, e: PyErr) -> PyErr {
-    if e.is_instance_of::<PyValueError>(py) {
-        p.err_at(at, e.value(py))
-    } else {
-        e
-    }
+    Kind::from_index(k)
+        .ok_or_else(|| CodecError::invalid_at(at, format!("object type {k} is not 0, 1, 2 or 3")))
 }
 
 pub(super) fn read_locator<'py>(
     py: Python<'py>,
     p: &mut Parser<'_>,
     b: &mut Build<'py>,
-) -> PyResult<u32> {
+) -> CodecResult<u32> {
     p.arr_begin()?;
     let mut cur = ROOT;
     let mut first = true;
@@ -60,15 +56,24 @@ pub(super) fn read_locator<'py>(
         p.arr_begin()?;
         let mut f = true;
         if !p.arr_next(&mut f)? {
-            return Err(p.err_at(sat, "a locator step is [accessor, object type]"));
+            return Err(CodecError::invalid_at(
+                sat,
+                "a locator step is [accessor, object type]",
+            ));
         }
         let (aat, acc) = read_accessor(py, p)?;
         if !p.arr_next(&mut f)? {
-            return Err(p.err_at(sat, "a locator step is [accessor, object type]"));
+            return Err(CodecError::invalid_at(
+                sat,
+                "a locator step is [accessor, object type]",
+            ));
         }
         let kind = read_kind(p)?;
         if p.arr_next(&mut f)? {
-            return Err(p.err_at(sat, "a locator step is [accessor, object type]"));
+            return Err(CodecError::invalid_at(
+                sat,
+                "a locator step is [accessor, object type]",
+            ));
         }
         if prefix && depth < b.last.len() {
             let (k, key, node) = &b.last[depth];
@@ -91,9 +96,7 @@ pub(super) fn read_locator<'py>(
             Acc::Str(s) => LastKey::Str(s.to_string()),
             Acc::Obj(_) => LastKey::Never,
         };
-        cur = b
-            .step(cur, acc, kind)
-            .map_err(|e| at_parser(py, p, aat, e))?;
+        cur = b.step(cur, acc, kind).map_err(|e| e.at(aat))?;
         b.last.push((kind, key, cur));
         depth += 1;
     }
@@ -107,49 +110,56 @@ pub(super) fn read_paths<'py>(
     p: &mut Parser<'_>,
     b: &mut Build<'py>,
     paths: &mut Vec<u32>,
-) -> PyResult<()> {
+) -> CodecResult<()> {
     p.arr_begin()?;
     let mut first = true;
     while p.arr_next(&mut first)? {
-        p.ctx = Some(("paths", paths.len()));
-        let rat = p.pos;
-        p.arr_begin()?;
-        let mut f = true;
-        let shape = "a paths row is [parent, accessor, object type]";
-        if !p.arr_next(&mut f)? {
-            return Err(p.err_at(rat, shape));
-        }
-        let pat = p.pos;
-        let parent = p.int("parent")?;
-        let parent = match parent {
-            0 => ROOT,
-            r if r > 0 && (r as usize) <= paths.len() => paths[r as usize - 1],
-            r => {
-                return Err(p.err_at(
-                    pat,
-                    format!(
-                        "parent {r} is neither 0 nor an earlier row (1 to {})",
-                        paths.len()
-                    ),
-                ))
-            }
-        };
-        if !p.arr_next(&mut f)? {
-            return Err(p.err_at(rat, shape));
-        }
-        let (aat, acc) = read_accessor(py, p)?;
-        if !p.arr_next(&mut f)? {
-            return Err(p.err_at(rat, shape));
-        }
-        let kind = read_kind(p)?;
-        if p.arr_next(&mut f)? {
-            return Err(p.err_at(rat, shape));
-        }
-        let node = b
-            .step(parent, acc, kind)
-            .map_err(|e| at_parser(py, p, aat, e))?;
+        let row = paths.len();
+        let node = read_path_row(py, p, b, paths).map_err(|e| e.in_entry("paths", row))?;
         paths.push(node);
     }
-    p.ctx = None;
     Ok(())
+}
+
+/// One row of a `paths` table, `[parent, accessor, object type]`: its node.
+fn read_path_row<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    b: &mut Build<'py>,
+    paths: &[u32],
+) -> CodecResult<u32> {
+    let rat = p.pos;
+    p.arr_begin()?;
+    let mut f = true;
+    let shape = "a paths row is [parent, accessor, object type]";
+    if !p.arr_next(&mut f)? {
+        return Err(CodecError::invalid_at(rat, shape));
+    }
+    let pat = p.pos;
+    let parent = p.int("parent")?;
+    let parent = match parent {
+        0 => ROOT,
+        r if r > 0 && (r as usize) <= paths.len() => paths[r as usize - 1],
+        r => {
+            return Err(CodecError::invalid_at(
+                pat,
+                format!(
+                    "parent {r} is neither 0 nor an earlier row (1 to {})",
+                    paths.len()
+                ),
+            ))
+        }
+    };
+    if !p.arr_next(&mut f)? {
+        return Err(CodecError::invalid_at(rat, shape));
+    }
+    let (aat, acc) = read_accessor(py, p)?;
+    if !p.arr_next(&mut f)? {
+        return Err(CodecError::invalid_at(rat, shape));
+    }
+    let kind = read_kind(p)?;
+    if p.arr_next(&mut f)? {
+        return Err(CodecError::invalid_at(rat, shape));
+    }
+    b.step(parent, acc, kind).map_err(|e| e.at(aat))
 }

@@ -1,35 +1,42 @@
 //! `EXACT` values (see `format`) read back into Python objects.
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
     PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString,
     PyTuple,
 };
 
+use crate::codec::error::{CodecError, CodecResult};
+
 use crate::codec::shared::dtype_named;
-use crate::codec::text::parse::{JNum, JStr, Parser, Tok};
+use crate::codec::syntax::read::{JNum, JStr, Parser, Tok};
 
 /// A Python str from a JSON string (lone surrogates included).
-pub(super) fn jstr_to_py<'py>(py: Python<'py>, s: &JStr<'_>) -> PyResult<Bound<'py, PyString>> {
+pub(super) fn jstr_to_py<'py>(py: Python<'py>, s: &JStr<'_>) -> CodecResult<Bound<'py, PyString>> {
     match s {
         JStr::Str(t) => Ok(PyString::new(py, t)),
-        JStr::Wtf8(b) => crate::paths::decode_surrogatepass(py, b),
+        JStr::Wtf8(b) => Ok(crate::paths::decode_surrogatepass(py, b)?),
     }
 }
 
+/// The int of `digits` (read at `at`): refused, with Python's reason as the cause, past
+/// Python's limit on the digits of an int (`sys.set_int_max_str_digits`).
 pub(super) fn big_int<'py>(
     py: Python<'py>,
-    p: &Parser<'_>,
     at: usize,
     digits: &str,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> CodecResult<Bound<'py, PyAny>> {
     py.get_type::<PyInt>()
         .call1((digits,))
-        .map_err(|e| p.err_at(at, format!("integer not readable: {}", e.value(py))))
+        .map_err(|e| CodecError::refusing::<PyValueError>(py, e, "integer not readable").at(at))
 }
 
 /// Read an `EXACT` value.
-pub(super) fn read_exact<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyAny>> {
+pub(super) fn read_exact<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+) -> CodecResult<Bound<'py, PyAny>> {
     match p.peek()? {
         Tok::Null => {
             p.null()?;
@@ -39,8 +46,8 @@ pub(super) fn read_exact<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<B
         Tok::Num => {
             let at = p.pos;
             match p.number()? {
-                JNum::Int(v) => Ok(v.into_pyobject(py)?.into_any()),
-                JNum::BigInt(d) => big_int(py, p, at, d),
+                JNum::Int(v) => Ok(PyInt::new(py, v).into_any()),
+                JNum::BigInt(d) => big_int(py, at, d),
                 JNum::Float(f) => Ok(PyFloat::new(py, f).into_any()),
             }
         }
@@ -53,7 +60,7 @@ pub(super) fn read_exact<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<B
 /// An object: a plain dict or a one-key tagged object. Out of line, like every branch that does
 /// not recurse, so that the frames of the recursion (`read_exact`, `read_items`) stay small.
 #[inline(never)]
-fn read_object<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyAny>> {
+fn read_object<'py>(py: Python<'py>, p: &mut Parser<'_>) -> CodecResult<Bound<'py, PyAny>> {
     p.obj_begin()?;
     let mut first = true;
     let Some((kat, key)) = p.obj_next(&mut first)? else {
@@ -65,7 +72,10 @@ fn read_object<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, 
     };
     let value = read_tagged(py, p, &tag, kat)?;
     if p.obj_next(&mut first)?.is_some() {
-        return Err(p.err_at(kat, format!("a {tag} object has no other keys")));
+        return Err(CodecError::invalid_at(
+            kat,
+            format!("a {tag} object has no other keys"),
+        ));
     }
     Ok(value)
 }
@@ -76,7 +86,7 @@ fn read_tagged<'py>(
     p: &mut Parser<'_>,
     tag: &str,
     kat: usize,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> CodecResult<Bound<'py, PyAny>> {
     let vat = p.pos;
     match tag {
         "$tuple" => Ok(PyTuple::new(py, read_items(py, p)?)?.into_any()),
@@ -85,7 +95,7 @@ fn read_tagged<'py>(
         "$bytes" => read_bytes(py, p, vat),
         "$complex" => read_complex(py, p, vat),
         "$dtype" => read_dtype_tag(py, p, vat),
-        _ => Err(p.err_at(kat, format!("unknown tag {tag:?}"))),
+        _ => Err(CodecError::invalid_at(kat, format!("unknown tag {tag:?}"))),
     }
 }
 
@@ -95,7 +105,7 @@ fn read_set<'py>(
     p: &mut Parser<'_>,
     tag: &str,
     vat: usize,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> CodecResult<Bound<'py, PyAny>> {
     let items = read_items(py, p)?;
     let n = items.len();
     let made = if tag == "$set" {
@@ -104,19 +114,20 @@ fn read_set<'py>(
         PyFrozenSet::new(py, &items).map(|s| (s.len(), s.into_any()))
     };
     let (len, s) = made.map_err(|e| {
-        p.err_at(
-            vat,
-            format!("{tag} elements must be hashable: {}", e.value(py)),
-        )
+        let msg = format!("{tag} elements must be hashable");
+        CodecError::refusing::<PyTypeError>(py, e, msg).at(vat)
     })?;
     if len != n {
-        return Err(p.err_at(vat, format!("{tag} holds an element twice")));
+        return Err(CodecError::invalid_at(
+            vat,
+            format!("{tag} holds an element twice"),
+        ));
     }
     Ok(s)
 }
 
 /// A `$dict`: a list of `[key, value]` pairs, hashable keys, each once.
-fn read_dict_pairs<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyDict>> {
+fn read_dict_pairs<'py>(py: Python<'py>, p: &mut Parser<'_>) -> CodecResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     p.arr_begin()?;
     let mut f = true;
@@ -124,11 +135,12 @@ fn read_dict_pairs<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'
     while p.arr_next(&mut f)? {
         let pat = p.pos;
         let (k, v) = read_pair(py, p)?;
-        d.set_item(&k, v)
-            .map_err(|e| p.err_at(pat, format!("$dict keys must be hashable: {}", e.value(py))))?;
+        d.set_item(&k, v).map_err(|e| {
+            CodecError::refusing::<PyTypeError>(py, e, "$dict keys must be hashable").at(pat)
+        })?;
         n += 1;
         if d.len() != n {
-            return Err(p.err_at(pat, "$dict holds a key twice"));
+            return Err(CodecError::invalid_at(pat, "$dict holds a key twice"));
         }
     }
     Ok(d)
@@ -138,48 +150,56 @@ fn read_dict_pairs<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'
 fn read_pair<'py>(
     py: Python<'py>,
     p: &mut Parser<'_>,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+) -> CodecResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let pat = p.pos;
-    let not_a_pair = |p: &Parser<'_>| p.err_at(pat, "a $dict item is a [key, value] pair");
+    let not_a_pair = || CodecError::invalid_at(pat, "a $dict item is a [key, value] pair");
     p.arr_begin()?;
     let mut f = true;
     if !p.arr_next(&mut f)? {
-        return Err(not_a_pair(p));
+        return Err(not_a_pair());
     }
     let k = read_exact(py, p)?;
     if !p.arr_next(&mut f)? {
-        return Err(not_a_pair(p));
+        return Err(not_a_pair());
     }
     let v = read_exact(py, p)?;
     if p.arr_next(&mut f)? {
-        return Err(not_a_pair(p));
+        return Err(not_a_pair());
     }
     Ok((k, v))
 }
 
 /// A `$bytes`: an even number of lower-case hex digits.
-fn read_bytes<'py>(py: Python<'py>, p: &mut Parser<'_>, vat: usize) -> PyResult<Bound<'py, PyAny>> {
+fn read_bytes<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    vat: usize,
+) -> CodecResult<Bound<'py, PyAny>> {
     let s = match p.peek()? {
         Tok::Str => p.string()?,
-        t => return Err(p.err(format!("$bytes holds a hex string, found {}", t.name()))),
+        t => {
+            return Err(CodecError::invalid_at(
+                p.pos,
+                format!("$bytes holds a hex string, found {}", t.name()),
+            ))
+        }
     };
     let hex = s.as_str().unwrap_or("?").as_bytes();
     if hex.len() % 2 != 0 {
-        return Err(p.err_at(vat, "$bytes holds an even number of hex digits"));
+        return Err(CodecError::invalid_at(
+            vat,
+            "$bytes holds an even number of hex digits",
+        ));
     }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut out = Vec::with_capacity(hex.len() / 2);
-    for pair in hex.chunks(2) {
-        match (digit(pair[0]), digit(pair[1])) {
-            (Some(h), Some(l)) => out.push(h * 16 + l),
-            _ => return Err(p.err_at(vat, "$bytes holds lower-case hex digits only")),
-        }
+    // `hex` also reads upper-case digits, which the format does not admit
+    let lower = hex.iter().all(|c| !c.is_ascii_uppercase());
+    match hex::decode(hex) {
+        Ok(out) if lower => Ok(PyBytes::new(py, &out).into_any()),
+        _ => Err(CodecError::invalid_at(
+            vat,
+            "$bytes holds lower-case hex digits only",
+        )),
     }
-    Ok(PyBytes::new(py, &out).into_any())
 }
 
 /// A `$complex`: `[real, imag]`.
@@ -187,18 +207,18 @@ fn read_complex<'py>(
     py: Python<'py>,
     p: &mut Parser<'_>,
     vat: usize,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> CodecResult<Bound<'py, PyAny>> {
     p.arr_begin()?;
     let mut f = true;
     let mut parts = [0f64; 2];
     for part in parts.iter_mut() {
         if !p.arr_next(&mut f)? {
-            return Err(p.err_at(vat, "$complex holds [real, imag]"));
+            return Err(CodecError::invalid_at(vat, "$complex holds [real, imag]"));
         }
         *part = read_float(p, "$complex")?;
     }
     if p.arr_next(&mut f)? {
-        return Err(p.err_at(vat, "$complex holds [real, imag]"));
+        return Err(CodecError::invalid_at(vat, "$complex holds [real, imag]"));
     }
     Ok(PyComplex::from_doubles(py, parts[0], parts[1]).into_any())
 }
@@ -208,18 +228,20 @@ fn read_dtype_tag<'py>(
     py: Python<'py>,
     p: &mut Parser<'_>,
     vat: usize,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> CodecResult<Bound<'py, PyAny>> {
     let s = match p.peek()? {
         Tok::Str => p.string()?,
-        t => return Err(p.err(format!("$dtype holds a string, found {}", t.name()))),
+        t => {
+            return Err(CodecError::invalid_at(
+                p.pos,
+                format!("$dtype holds a string, found {}", t.name()),
+            ))
+        }
     };
-    match dtype_named(py, s.as_str().unwrap_or("?"))? {
-        Ok(d) => Ok(d),
-        Err(msg) => Err(p.err_at(vat, msg)),
-    }
+    dtype_named(py, s.as_str().unwrap_or("?")).map_err(|e| e.at(vat))
 }
 
-fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> PyResult<Bound<'py, PyList>> {
+fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> CodecResult<Bound<'py, PyList>> {
     p.arr_begin()?;
     let l = PyList::empty(py);
     let mut first = true;
@@ -235,33 +257,41 @@ fn read_plain_dict<'py>(
     kat: usize,
     key: JStr<'_>,
     first: &mut bool,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> CodecResult<Bound<'py, PyAny>> {
     let d = PyDict::new(py);
     let mut next = Some((kat, key));
     let mut n = 0;
     while let Some((at, k)) = next {
         if k.as_str().map(|s| s.starts_with('$')).unwrap_or(false) {
-            return Err(p.err_at(at, format!("key {} starts with '$' in an untagged object (such dicts are written as $dict)", k.show())));
+            return Err(CodecError::invalid_at(at, format!("key {} starts with '$' in an untagged object (such dicts are written as $dict)", k.show())));
         }
         let v = read_exact(py, p)?;
         d.set_item(jstr_to_py(py, &k)?, v)?;
         n += 1;
         if d.len() != n {
-            return Err(p.err_at(at, format!("key {} occurs twice", k.show())));
+            return Err(CodecError::invalid_at(
+                at,
+                format!("key {} occurs twice", k.show()),
+            ));
         }
         next = p.obj_next(first)?;
     }
     Ok(d.into_any())
 }
 
-pub(super) fn read_float(p: &mut Parser<'_>, what: &str) -> PyResult<f64> {
+pub(super) fn read_float(p: &mut Parser<'_>, what: &str) -> CodecResult<f64> {
     let at = p.pos;
     match p.peek()? {
         Tok::Num => match p.number()? {
             JNum::Int(v) => Ok(v as f64),
-            JNum::BigInt(d) => d.parse::<f64>().map_err(|_| p.err_at(at, "invalid number")),
+            JNum::BigInt(d) => d
+                .parse::<f64>()
+                .map_err(|_| CodecError::invalid_at(at, "invalid number")),
             JNum::Float(f) => Ok(f),
         },
-        t => Err(p.err(format!("{what} holds numbers, found {}", t.name()))),
+        t => Err(CodecError::invalid_at(
+            p.pos,
+            format!("{what} holds numbers, found {}", t.name()),
+        )),
     }
 }

@@ -4,9 +4,11 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use crate::codec::error::CodecResult;
+
 use crate::codec::format::{FORMAT_OTHERS, FORMAT_TENSORS};
 use crate::codec::shared::{guess_bs, mults_match};
-use crate::codec::text::write as jt;
+use crate::codec::syntax::write as jt;
 use crate::metadata::{Loc, Part, SampleMetadata, View};
 use crate::paths::{Arena, ROOT};
 use crate::tensor_spec::{Dim, Spec};
@@ -20,6 +22,14 @@ pub fn to_dict<'py>(
     md: &SampleMetadata,
     exact: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
+    write_dict(py, md, exact).map_err(|e| e.into_pyerr(py))
+}
+
+fn write_dict<'py>(
+    py: Python<'py>,
+    md: &SampleMetadata,
+    exact: bool,
+) -> CodecResult<Bound<'py, PyDict>> {
     const WHAT: &str = "SampleMetadata.to_dict";
     let v = md.view(py)?;
     check_unique(py, &v, WHAT)?;
@@ -78,7 +88,7 @@ fn fresh_dims(s: &Spec) -> Option<Vec<i64>> {
 impl<'py> Enc<'py> {
     /// The row of `node`'s path in a dict part's `paths` table (0: the empty path), writing the
     /// rows of it and of its ancestors not written yet.
-    fn path_row(&mut self, rows: &mut PathRows, arena: &Arena, node: u32) -> PyResult<u32> {
+    fn path_row(&mut self, rows: &mut PathRows, arena: &Arena, node: u32) -> CodecResult<u32> {
         if node == ROOT {
             return Ok(0);
         }
@@ -129,7 +139,7 @@ impl<'py> Enc<'py> {
     }
 
     /// The `paths` rows of every entry's locator; returns each entry's row.
-    fn path_rows(&mut self, v: &View<'_, '_>, part: Part, what: &str) -> PyResult<Vec<u32>> {
+    fn path_rows(&mut self, v: &View<'_, '_>, part: Part, what: &str) -> CodecResult<Vec<u32>> {
         let n = v.len(part);
         let mut rows = PathRows::default();
         let mut of = Vec::with_capacity(n);
@@ -157,7 +167,7 @@ impl<'py> Enc<'py> {
         default_out: bool,
         exact: bool,
         what: &str,
-    ) -> PyResult<()> {
+    ) -> CodecResult<()> {
         let n = v.n_tensors();
         let bs = v
             .known_batch_size()
@@ -233,7 +243,7 @@ impl<'py> Enc<'py> {
     }
 
     /// The `other_data` part of `to_dict` (format `FORMAT_OTHERS`).
-    fn other_part(&mut self, v: &View<'_, 'py>, default_out: bool, what: &str) -> PyResult<()> {
+    fn other_part(&mut self, v: &View<'_, 'py>, default_out: bool, what: &str) -> CodecResult<()> {
         self.out.push_str("{\"format\":\"");
         self.out.push_str(FORMAT_OTHERS);
         self.out.push_str("\",\"version\":1,\"is_output\":");

@@ -3,14 +3,16 @@
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::codec::error::{CodecError, CodecResult};
+
+use super::sink::{StrSink, CHUNK};
 use crate::codec::format::FORMAT;
-use crate::codec::text::sink::{StrSink, CHUNK};
 use crate::metadata::{Loc, Part, SampleMetadata, View};
 use crate::paths::{Arena, DisplayCache, ROOT};
 use crate::tensor_spec::multiplier;
 
 use super::writer::{write_text, Enc};
-use super::{check_lengths, check_unique, default_is_output, phase, with_context, EXACT_CLASS};
+use super::{check_lengths, check_unique, default_is_output, phase, EXACT_CLASS};
 
 /// `md`'s document; `exact`: it is an `ExactSampleMetadata` (the document says so).
 pub fn to_json<'py>(
@@ -18,6 +20,14 @@ pub fn to_json<'py>(
     md: &SampleMetadata,
     exact: bool,
 ) -> PyResult<Bound<'py, PyString>> {
+    write_json(py, md, exact).map_err(|e| e.into_pyerr(py))
+}
+
+fn write_json<'py>(
+    py: Python<'py>,
+    md: &SampleMetadata,
+    exact: bool,
+) -> CodecResult<Bound<'py, PyString>> {
     const WHAT: &str = "SampleMetadata.to_json";
     let v = md.view(py)?;
     check_unique(py, &v, WHAT)?;
@@ -53,7 +63,7 @@ pub fn to_json<'py>(
     e.out.push_str("]}");
     e.spill()?;
     match e.sink.take() {
-        Some(sink) => sink.finish(),
+        Some(sink) => Ok(sink.finish()?),
         None => Ok(PyString::new(py, &e.out)),
     }
 }
@@ -68,7 +78,7 @@ const IN_PLACE: usize = 32 << 20;
 impl<'py> Enc<'py> {
     /// The head of a `to_json` entry: `{"locator":...,"access_path":...,"semantic_path":...`.
     /// Entries below one parent share the text of the parent's steps (kept in `self.prefix`).
-    fn entry_head(&mut self, l: &Loc<'_>) -> PyResult<()> {
+    fn entry_head(&mut self, l: &Loc<'_>) -> CodecResult<()> {
         let (arena, node) = (l.arena, l.node);
         let parent = if node == ROOT {
             ROOT
@@ -157,7 +167,7 @@ impl<'py> Enc<'py> {
     }
 
     /// `,"shape":...,"min_shape":...,"max_shape":...,"dtype":...,"bs_multipliers":...` of tensor `i`.
-    fn spec_fields(&mut self, v: &View<'_, '_>, i: usize) -> PyResult<()> {
+    fn spec_fields(&mut self, v: &View<'_, '_>, i: usize) -> CodecResult<()> {
         // fresh compact specs are written from their sizes, without building a Spec
         if let Some(f) = v.fresh(i) {
             self.out.push_str(",\"shape\":");
@@ -194,7 +204,7 @@ impl<'py> Enc<'py> {
         part: Part,
         i: usize,
         default_out: bool,
-    ) -> PyResult<()> {
+    ) -> CodecResult<()> {
         let l = v.loc(part, i);
         self.entry_head(&l)?;
         if part == Part::Tensors {
@@ -219,18 +229,16 @@ impl<'py> Enc<'py> {
         v: &View<'_, '_>,
         part: Part,
         i: usize,
-        err: PyErr,
+        err: CodecError,
         what: &str,
-    ) -> PyErr {
+    ) -> CodecError {
         self.abandon();
         let list = part.name();
         let l = v.loc(part, i);
         let shown = l.arena.display_path_lossy(self.py, l.node, l.is_output);
-        with_context(
-            self.py,
-            err,
-            &format!("{what}: {list}[{i}] at locator {shown:?} cannot be encoded"),
-        )
+        err.prefixed(&format!(
+            "{what}: {list}[{i}] at locator {shown:?} cannot be encoded"
+        ))
     }
 
     fn full_entries(
@@ -239,7 +247,7 @@ impl<'py> Enc<'py> {
         part: Part,
         default_out: bool,
         what: &str,
-    ) -> PyResult<()> {
+    ) -> CodecResult<()> {
         for i in 0..v.len(part) {
             if i > 0 {
                 self.out.push(',');

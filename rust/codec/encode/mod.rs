@@ -1,18 +1,18 @@
 //! Writing a metadata: `to_json()` (`json`) and `to_dict()` (`dict`) on one writer (`writer`).
 
-use std::collections::HashMap;
-
-use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::codec::error::{CodecError, CodecResult};
+
 use crate::codec::shared::type_name;
 use crate::metadata::{Part, SampleMetadata, View};
-use crate::paths::path_eq;
+use crate::paths::{path_eq, PathIndex};
 use crate::tensor_spec::Spec;
 
 mod dict;
 mod json;
+mod sink;
 mod writer;
 
 pub use dict::to_dict;
@@ -22,26 +22,9 @@ pub use dict::to_dict;
 const EXACT_CLASS: &str = "\"class\":\"ExactSampleMetadata\",";
 pub use json::to_json;
 
-/// The same kind of exception as `e` (TypeError, ValueError, RecursionError, else `e` itself), its
-/// message prefixed.
-fn with_context(py: Python<'_>, e: PyErr, prefix: &str) -> PyErr {
-    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-    let new = if e.is_instance_of::<PyTypeError>(py) {
-        PyTypeError::new_err(format!("{prefix}: {msg}"))
-    } else if e.is_instance_of::<PyValueError>(py) {
-        PyValueError::new_err(format!("{prefix}: {msg}"))
-    } else if e.is_instance_of::<PyRecursionError>(py) {
-        PyRecursionError::new_err(format!("{prefix}: {msg}"))
-    } else {
-        return e;
-    };
-    new.set_cause(py, Some(e));
-    new
-}
-
-fn check_lengths(s: &Spec) -> PyResult<()> {
+fn check_lengths(s: &Spec) -> CodecResult<()> {
     if s.min.len() != s.rank() || s.max.len() != s.rank() || s.mult.len() != s.rank() {
-        return Err(PyValueError::new_err(format!(
+        return Err(CodecError::value(format!(
             "its shape, min_shape, max_shape and _bs_multipliers have different lengths \
              ({}, {}, {}, {})",
             s.rank(),
@@ -55,7 +38,7 @@ fn check_lengths(s: &Spec) -> PyResult<()> {
 
 /// Every locator occurs once among the tensors, and once among the other values (always true of
 /// metadata built by a walk; user-built metadata may repeat one).
-fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
+fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> CodecResult<()> {
     if v.unique() {
         return Ok(());
     }
@@ -63,7 +46,7 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
     for i in 0..v.n_tensors() {
         if v.spec(i).is_symbolic() {
             let l = v.tensor_loc(i);
-            return Err(PyTypeError::new_err(format!(
+            return Err(CodecError::type_error(format!(
                 "{what}: tensor_data[{i}] at locator {:?} has symbolic sizes (torch.SymInt); \
                  only concrete shapes can be encoded",
                 l.arena.display_path_lossy(py, l.node, l.is_output)
@@ -73,22 +56,22 @@ fn check_unique(py: Python<'_>, v: &View<'_, '_>, what: &str) -> PyResult<()> {
     for part in [Part::Tensors, Part::Others] {
         let (list, n) = (part.name(), v.len(part));
         let loc = |i: usize| v.loc(part, i);
-        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::with_capacity(n);
+        let mut index = PathIndex::with_capacity(n);
         for i in 0..n {
             let li = loc(i);
             let h = li.arena.node(li.node).hash;
-            let bucket = buckets.entry(h).or_default();
-            for &j in bucket.iter() {
+            let same = |j: usize| {
                 let lj = loc(j);
-                if path_eq(py, lj.arena, lj.node, li.arena, li.node)? {
-                    return Err(PyValueError::new_err(format!(
-                        "{what}: {list}[{j}] and {list}[{i}] have the same locator {:?}; \
-                         a metadata with repeated locators cannot be encoded",
-                        li.arena.display_path_lossy(py, li.node, li.is_output)
-                    )));
-                }
+                path_eq(py, lj.arena, lj.node, li.arena, li.node)
+            };
+            if let Some(j) = index.find(h, same)? {
+                return Err(CodecError::value(format!(
+                    "{what}: {list}[{j}] and {list}[{i}] have the same locator {:?}; \
+                     a metadata with repeated locators cannot be encoded",
+                    li.arena.display_path_lossy(py, li.node, li.is_output)
+                )));
             }
-            bucket.push(i);
+            index.insert(h, i);
         }
     }
     Ok(())
@@ -109,12 +92,12 @@ fn phase<'py>(
     py: Python<'py>,
     md: &SampleMetadata,
     what: &str,
-) -> PyResult<Option<Bound<'py, PyString>>> {
+) -> CodecResult<Option<Bound<'py, PyString>>> {
     match &md.llm_phase {
         None => Ok(None),
-        Some(p) => match p.bind(py).downcast_exact::<PyString>() {
+        Some(p) => match p.bind(py).cast_exact::<PyString>() {
             Ok(s) => Ok(Some(s.clone())),
-            Err(_) => Err(PyTypeError::new_err(format!(
+            Err(_) => Err(CodecError::type_error(format!(
                 "{what}: llm_phase must be a str or None, got {}",
                 type_name(p.bind(py))
             ))),

@@ -3,7 +3,6 @@
 
 use std::collections::HashSet;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -11,10 +10,12 @@ use pyo3::types::{
     PyTuple,
 };
 
+use crate::codec::error::{CodecError, CodecResult};
+
+use super::sink::StrSink;
 use crate::codec::shared::{is_dtype, type_name};
-use crate::codec::text::sink::StrSink;
-use crate::codec::text::write as jt;
-use crate::codec::text::MAX_NESTING;
+use crate::codec::syntax::write as jt;
+use crate::codec::syntax::MAX_NESTING;
 use crate::metadata::View;
 use crate::paths::{Accessor, Arena, DisplayCache, Text};
 use crate::tensor_spec::{dtype_obj, Dim, FOREIGN_DTYPE};
@@ -28,7 +29,7 @@ const SUPPORTED: &str = "None, bool, int, float, str, bytes, complex, list, tupl
                          frozenset and torch.dtype";
 
 /// A JSON string of `t`; lone surrogates are written as `\\uXXXX` escapes.
-pub(super) fn write_text(out: &mut String, t: &Text) -> PyResult<()> {
+pub(super) fn write_text(out: &mut String, t: &Text) -> CodecResult<()> {
     match t.as_str() {
         Some(s) => jt::write_str(out, s),
         None => {
@@ -40,8 +41,8 @@ pub(super) fn write_text(out: &mut String, t: &Text) -> PyResult<()> {
     Ok(())
 }
 
-fn pair_error() -> PyErr {
-    PyValueError::new_err(
+fn pair_error() -> CodecError {
+    CodecError::value(
         "a string holds a high surrogate followed by a low one as two code points, \
          which JSON cannot tell from the pair's character",
     )
@@ -99,19 +100,21 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn open(&mut self, c: char) -> PyResult<()> {
+    fn open(&mut self, c: char) -> CodecResult<()> {
         self.depth += 1;
         if self.depth > MAX_NESTING {
-            return Err(PyValueError::new_err(format!(
+            return Err(CodecError::value(format!(
                 "the value is nested too deeply (JSON nesting above {MAX_NESTING} levels)"
             )));
         }
         // `exact` and `lossy` recurse once per level
-        crate::stack::check("writing a nested value")?;
+        if !crate::stack::room_left() {
+            return Err(CodecError::stack("writing a nested value"));
+        }
         if self.repeating > 0
             && self.repeated + (self.out.len() - self.repeat_start) > MAX_REPEATED_TEXT
         {
-            return Err(PyValueError::new_err(format!(
+            return Err(CodecError::value(format!(
                 "its containers are shared so often that writing each copy would take more than \
                  {} MiB (a list or tuple held in many places is written once per place)",
                 MAX_REPEATED_TEXT >> 20
@@ -128,10 +131,10 @@ impl<'py> Enc<'py> {
 
     /// Begin writing the container `v` (in its lossy form if `lossy`): refuse a cycle, and count
     /// what a container written before writes again.
-    fn enter(&mut self, v: &Bound<'_, PyAny>, lossy: bool) -> PyResult<()> {
+    fn enter(&mut self, v: &Bound<'_, PyAny>, lossy: bool) -> CodecResult<()> {
         let p = v.as_ptr() as usize;
         if self.active.iter().any(|a| a.0 == p) {
-            return Err(PyValueError::new_err(
+            return Err(CodecError::value(
                 "circular reference: a container holds itself",
             ));
         }
@@ -162,7 +165,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    pub(super) fn pystr(&mut self, s: &Bound<'_, PyString>) -> PyResult<()> {
+    pub(super) fn pystr(&mut self, s: &Bound<'_, PyString>) -> CodecResult<()> {
         match s.to_str() {
             Ok(t) => {
                 jt::write_str(&mut self.out, t);
@@ -172,7 +175,7 @@ impl<'py> Enc<'py> {
                 // lone surrogates: escape them
                 let b =
                     s.call_method1(pyo3::intern!(self.py, "encode"), ("utf-8", "surrogatepass"))?;
-                let b = b.downcast::<PyBytes>()?;
+                let b = b.cast::<PyBytes>()?;
                 if jt::write_wtf8(&mut self.out, b.as_bytes()) {
                     Ok(())
                 } else {
@@ -182,7 +185,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn int(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn int(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         match v.extract::<i64>() {
             Ok(i) => jt::write_i64(&mut self.out, i),
             Err(_) => {
@@ -220,7 +223,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn tagged_open(&mut self, tag: &str) -> PyResult<()> {
+    fn tagged_open(&mut self, tag: &str) -> CodecResult<()> {
         self.open('{')?;
         self.out.push('"');
         self.out.push_str(tag);
@@ -230,10 +233,10 @@ impl<'py> Enc<'py> {
 
     /// An `EXACT` value (see the module docs). The containers recurse; everything else is written
     /// out of line, so that the recursion's frames stay small.
-    pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(super) fn exact(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         if v.is_exact_instance_of::<PyList>() {
             self.array(v, false, Self::exact)
-        } else if let Ok(d) = v.downcast_exact::<PyDict>() {
+        } else if let Ok(d) = v.cast_exact::<PyDict>() {
             self.exact_dict(v, d)
         } else if v.is_exact_instance_of::<PyTuple>() {
             self.tagged_array("$tuple", v)
@@ -246,7 +249,7 @@ impl<'py> Enc<'py> {
         }
     }
 
-    fn tagged_array(&mut self, tag: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn tagged_array(&mut self, tag: &str, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         self.tagged_open(tag)?;
         self.array(v, false, Self::exact)?;
         self.close('}');
@@ -255,13 +258,13 @@ impl<'py> Enc<'py> {
 
     /// A dict: an object if every key is a str not starting with `$`, else a `$dict`.
     #[inline(never)]
-    fn exact_dict(&mut self, v: &Bound<'_, PyAny>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+    fn exact_dict(&mut self, v: &Bound<'_, PyAny>, d: &Bound<'_, PyDict>) -> CodecResult<()> {
         self.enter(v, false)?;
         let items = d.items();
         let mut plain = true;
         for kv in items.iter() {
             let k = kv.get_item(0)?;
-            plain = match k.downcast_exact::<PyString>() {
+            plain = match k.cast_exact::<PyString>() {
                 Ok(s) => !s.to_cow().map(|t| t.starts_with('$')).unwrap_or(true),
                 Err(_) => false,
             };
@@ -276,7 +279,7 @@ impl<'py> Enc<'py> {
                     self.out.push(',');
                 }
                 let k = kv.get_item(0)?;
-                self.pystr(k.downcast::<PyString>()?)?;
+                self.pystr(k.cast::<PyString>()?)?;
                 self.out.push(':');
                 self.exact(&kv.get_item(1)?)?;
             }
@@ -303,30 +306,26 @@ impl<'py> Enc<'py> {
 
     /// A value that holds no other: a scalar, bytes, complex or dtype (else a TypeError).
     #[inline(never)]
-    fn exact_leaf(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn exact_leaf(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         let py = self.py;
         if v.is_none() {
             self.out.push_str("null");
-        } else if let Ok(b) = v.downcast_exact::<PyBool>() {
+        } else if let Ok(b) = v.cast_exact::<PyBool>() {
             self.out
                 .push_str(if b.is_true() { "true" } else { "false" });
         } else if v.is_exact_instance_of::<PyInt>() {
             self.int(v)?;
-        } else if let Ok(f) = v.downcast_exact::<PyFloat>() {
+        } else if let Ok(f) = v.cast_exact::<PyFloat>() {
             self.float(f.value());
-        } else if let Ok(s) = v.downcast_exact::<PyString>() {
+        } else if let Ok(s) = v.cast_exact::<PyString>() {
             self.pystr(s)?;
-        } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
+        } else if let Ok(b) = v.cast_exact::<PyBytes>() {
             self.tagged_open("$bytes")?;
             self.out.push('"');
-            for byte in b.as_bytes() {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                self.out.push(HEX[(byte >> 4) as usize] as char);
-                self.out.push(HEX[(byte & 15) as usize] as char);
-            }
+            self.out.push_str(&hex::encode(b.as_bytes()));
             self.out.push('"');
             self.close('}');
-        } else if let Ok(c) = v.downcast_exact::<PyComplex>() {
+        } else if let Ok(c) = v.cast_exact::<PyComplex>() {
             self.tagged_open("$complex")?;
             self.out.push('[');
             self.float(c.real());
@@ -340,7 +339,7 @@ impl<'py> Enc<'py> {
             self.pystr(&s)?;
             self.close('}');
         } else {
-            return Err(PyTypeError::new_err(format!(
+            return Err(CodecError::type_error(format!(
                 "a value of type {} cannot be encoded exactly (supported: {SUPPORTED})",
                 v.get_type()
                     .fully_qualified_name()
@@ -357,8 +356,8 @@ impl<'py> Enc<'py> {
         &mut self,
         v: &Bound<'_, PyAny>,
         lossy: bool,
-        item: fn(&mut Self, &Bound<'_, PyAny>) -> PyResult<()>,
-    ) -> PyResult<()> {
+        item: fn(&mut Self, &Bound<'_, PyAny>) -> CodecResult<()>,
+    ) -> CodecResult<()> {
         self.enter(v, lossy)?;
         self.open('[')?;
         for (i, x) in v.try_iter()?.enumerate() {
@@ -373,7 +372,7 @@ impl<'py> Enc<'py> {
     }
 
     /// What `json.dumps(json_serialize(v))` writes, for a value `exact` accepted.
-    pub(super) fn lossy(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(super) fn lossy(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
         if v.is_none()
             || v.is_exact_instance_of::<PyBool>()
             || v.is_exact_instance_of::<PyInt>()
@@ -388,7 +387,7 @@ impl<'py> Enc<'py> {
         {
             return self.array(v, true, Self::lossy);
         }
-        if let Ok(d) = v.downcast_exact::<PyDict>() {
+        if let Ok(d) = v.cast_exact::<PyDict>() {
             self.enter(v, true)?;
             self.open('{')?;
             for (i, kv) in d.items().iter().enumerate() {
@@ -396,7 +395,7 @@ impl<'py> Enc<'py> {
                     self.out.push(',');
                 }
                 let k = kv.get_item(0)?;
-                if let Ok(s) = k.downcast_exact::<PyString>() {
+                if let Ok(s) = k.cast_exact::<PyString>() {
                     self.pystr(s)?;
                 } else if k.is_exact_instance_of::<PyInt>() {
                     self.out.push('"');
@@ -418,7 +417,7 @@ impl<'py> Enc<'py> {
         self.pystr(&s)
     }
 
-    pub(super) fn accessor_exact(&mut self, acc: &Accessor) -> PyResult<()> {
+    pub(super) fn accessor_exact(&mut self, acc: &Accessor) -> CodecResult<()> {
         match acc {
             Accessor::Int(v) => {
                 jt::write_i64(&mut self.out, *v);
@@ -429,14 +428,14 @@ impl<'py> Enc<'py> {
         }
     }
 
-    pub(super) fn accessor_lossy(&mut self, acc: &Accessor) -> PyResult<()> {
+    pub(super) fn accessor_lossy(&mut self, acc: &Accessor) -> CodecResult<()> {
         match acc {
             Accessor::Obj(o) => self.lossy(o.bind(self.py)),
             _ => self.accessor_exact(acc),
         }
     }
 
-    pub(super) fn step_exact(&mut self, arena: &Arena, s: u32, depth: usize) -> PyResult<()> {
+    pub(super) fn step_exact(&mut self, arena: &Arena, s: u32, depth: usize) -> CodecResult<()> {
         let n = arena.node(s);
         self.out.push('[');
         self.depth = depth;
@@ -448,9 +447,9 @@ impl<'py> Enc<'py> {
     }
 
     /// [`Enc::dtype`] for tensor `i` of `v`, whose dtype may be one the table does not hold.
-    pub(super) fn dtype_of(&mut self, v: &View<'_, '_>, i: usize, id: u16) -> PyResult<()> {
+    pub(super) fn dtype_of(&mut self, v: &View<'_, '_>, i: usize, id: u16) -> CodecResult<()> {
         if id == FOREIGN_DTYPE {
-            return Err(PyTypeError::new_err(format!(
+            return Err(CodecError::type_error(format!(
                 "its dtype {} is not a torch.dtype (nor None)",
                 v.dtype_repr(self.py, i)
             )));
@@ -458,7 +457,7 @@ impl<'py> Enc<'py> {
         self.dtype(id)
     }
 
-    pub(super) fn dtype(&mut self, id: u16) -> PyResult<()> {
+    pub(super) fn dtype(&mut self, id: u16) -> CodecResult<()> {
         let i = id as usize;
         if self.dtypes.len() <= i {
             self.dtypes.resize(i + 1, None);
@@ -470,7 +469,7 @@ impl<'py> Enc<'py> {
             } else if is_dtype(self.py, &obj)? {
                 Some(obj.str()?.to_str()?.to_owned())
             } else {
-                return Err(PyTypeError::new_err(format!(
+                return Err(CodecError::type_error(format!(
                     "its dtype {} is not a torch.dtype (nor None)",
                     obj.repr().map(|r| r.to_string()).unwrap_or_default()
                 )));
@@ -525,7 +524,7 @@ impl<'py> Enc<'py> {
     }
 
     /// Hand what `out` holds to the sink, if there is one.
-    pub(super) fn spill(&mut self) -> PyResult<()> {
+    pub(super) fn spill(&mut self) -> CodecResult<()> {
         if let Some(sink) = &mut self.sink {
             sink.write(&self.out)?;
             self.out.clear();

@@ -2,14 +2,14 @@
 //! sizes in a shared pool, the specs `update_shapes_seen` changed, and the non-tensor leaves.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::metadata::reuse::{self, Buffers};
-use crate::paths::{Arena, Locator, SharedArena};
+use crate::paths::{Arena, Locator, SharedArena, SPARE_BOUND};
 use crate::tensor_spec::{Spec, TensorSpec};
 
 /// One tensor of a compact metadata.
@@ -20,6 +20,9 @@ pub struct Item {
     pub rank: u16,
     pub dtype: u16,
 }
+
+/// What a tensor of too many dimensions is refused with.
+pub const RANK_LIMIT_MESSAGE: &str = "tensor rank above 65535";
 
 pub struct Compact {
     pub arena: SharedArena,
@@ -33,10 +36,42 @@ pub struct Compact {
     pub(super) tensor_hash: OnceLock<u64>,
 }
 
+/// The buffers of a dropped compact metadata, empty, their capacity kept for the next walk on
+/// the thread (listed with the rest of what a thread keeps in `metadata/reuse.rs`).
+struct Buffers {
+    items: Vec<Item>,
+    dims: Vec<i64>,
+    others: Vec<(u32, Py<PyAny>)>,
+}
+
+thread_local! {
+    static BUFFERS: Cell<Option<Buffers>> = const { Cell::new(None) };
+}
+
+/// The buffers the last dropped compact metadata left, if any.
+fn take_buffers() -> Option<Buffers> {
+    BUFFERS.try_with(Cell::take).ok().flatten()
+}
+
+/// Leave a dropped compact metadata's buffers to the next walk (emptied here; none past the bound).
+fn give_buffers(mut b: Buffers) {
+    let (items, dims) = (b.items.capacity(), b.dims.capacity());
+    if items == 0 || dims == 0 || items > SPARE_BOUND || dims > SPARE_BOUND {
+        return;
+    }
+    b.items.clear();
+    b.dims.clear();
+    if b.others.capacity() > SPARE_BOUND {
+        b.others = Vec::new();
+    }
+    b.others.clear(); // the values are released here, not kept
+    let _ = BUFFERS.try_with(|s| s.set(Some(b)));
+}
+
 impl Drop for Compact {
-    /// Its buffers go to the next walk on this thread (see `reuse`).
+    /// Its buffers go to the next walk on this thread.
     fn drop(&mut self) {
-        reuse::give_buffers(Buffers {
+        give_buffers(Buffers {
             items: std::mem::take(&mut self.items),
             dims: std::mem::take(&mut self.dims),
             others: std::mem::take(&mut self.others),
@@ -54,7 +89,7 @@ impl Compact {
         n_dims: usize,
     ) -> Compact {
         let mut c = Self::new_in(arena, is_output);
-        if let Some(b) = reuse::take_buffers() {
+        if let Some(b) = take_buffers() {
             (c.items, c.dims, c.others) = (b.items, b.dims, b.others);
         }
         c.items.reserve(n_items);
@@ -102,6 +137,11 @@ impl Compact {
 
     /// Record a tensor of sizes `dims` (on error the sizes stay appended: callers drop the whole
     /// metadata then).
+    /// Whether a tensor of `rank` dimensions fits (its rank is kept in 16 bits).
+    pub fn rank_fits(rank: usize) -> bool {
+        u16::try_from(rank).is_ok()
+    }
+
     pub fn push_tensor(&mut self, node: u32, dims: &[i64], dtype: u16) -> PyResult<()> {
         let off = self.dims.len();
         self.dims.extend_from_slice(dims);
@@ -114,8 +154,7 @@ impl Compact {
         let rank = self.dims.len().saturating_sub(off);
         let off = u32::try_from(off)
             .map_err(|_| PyValueError::new_err("too many tensor dimensions in one structure"))?;
-        let rank =
-            u16::try_from(rank).map_err(|_| PyValueError::new_err("tensor rank above 65535"))?;
+        let rank = u16::try_from(rank).map_err(|_| PyValueError::new_err(RANK_LIMIT_MESSAGE))?;
         self.items.push(Item {
             node,
             off,

@@ -104,7 +104,7 @@ impl Handed {
 }
 
 fn fields_intact(py: Python<'_>, c: &Compact, i: usize, f: &[Py<PyAny>; 5], level: Level) -> bool {
-    let Ok(shape) = f[0].bind(py).downcast_exact::<PyList>() else {
+    let Ok(shape) = f[0].bind(py).cast_exact::<PyList>() else {
         return false;
     };
     let Some(item) = c.items.get(i) else {
@@ -147,13 +147,13 @@ fn fields_intact(py: Python<'_>, c: &Compact, i: usize, f: &[Py<PyAny>; 5], leve
 
 /// `list` is a plain list of plain ints equal to `want`.
 fn ints_are(list: &Bound<'_, PyAny>, want: &[i64]) -> bool {
-    let Ok(list) = list.downcast_exact::<PyList>() else {
+    let Ok(list) = list.cast_exact::<PyList>() else {
         return false;
     };
     list.len() == want.len()
         && want.iter().enumerate().all(|(k, &w)| {
             list.get_item(k).is_ok_and(|v| {
-                v.downcast_exact::<PyInt>()
+                v.cast_exact::<PyInt>()
                     .is_ok_and(|v| v.extract::<i64>().is_ok_and(|v| v == w))
             })
         })
@@ -161,13 +161,13 @@ fn ints_are(list: &Bound<'_, PyAny>, want: &[i64]) -> bool {
 
 /// `list` is a plain list of floats bit-equal to `want` (NaN included).
 fn floats_are(list: &Bound<'_, PyAny>, want: &mut dyn Iterator<Item = f64>) -> bool {
-    let Ok(list) = list.downcast_exact::<PyList>() else {
+    let Ok(list) = list.cast_exact::<PyList>() else {
         return false;
     };
     let mut n = 0;
     for w in want {
         let same = list.get_item(n).is_ok_and(|v| {
-            v.downcast_exact::<PyFloat>()
+            v.cast_exact::<PyFloat>()
                 .is_ok_and(|v| v.value().to_bits() == w.to_bits())
         });
         if !same {
@@ -185,9 +185,9 @@ fn dims_are(list: &Bound<'_, PyList>, want: &[Dim]) -> bool {
         && want.iter().enumerate().all(|(k, w)| {
             list.get_item(k).is_ok_and(|v| match w {
                 Dim::Int(w) => v
-                    .downcast_exact::<PyInt>()
+                    .cast_exact::<PyInt>()
                     .is_ok_and(|v| v.extract::<i64>().is_ok_and(|v| v == *w)),
-                other => v.downcast_exact::<PyString>().is_ok_and(|v| {
+                other => v.cast_exact::<PyString>().is_ok_and(|v| {
                     text.clear();
                     other.write(&mut text);
                     v.to_str().is_ok_and(|v| v == text)

@@ -26,7 +26,7 @@ mod compact;
 mod handed;
 mod view;
 
-pub use compact::{Compact, Item};
+pub use compact::{Compact, Item, RANK_LIMIT_MESSAGE};
 pub use handed::Level;
 pub use view::{pair, py_view, Fresh, Loc, Part, SpecCells, View};
 

@@ -291,12 +291,12 @@ pub fn py_view<'py>(
     let items = tensors.try_iter()?.collect::<PyResult<Vec<_>>>()?;
     for item in items {
         let (l, s) = pair(&item, "tensor_data")?;
-        let l = l.downcast_into::<Locator>().map_err(|e| {
+        let l = l.cast_into::<Locator>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "tensor_data locators must be aitune_fast.Locator: {e}"
             ))
         })?;
-        let s = s.downcast_into::<TensorSpec>().map_err(|e| {
+        let s = s.cast_into::<TensorSpec>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "tensor_data specs must be aitune_fast.TensorSpec: {e}"
             ))
@@ -306,7 +306,7 @@ pub fn py_view<'py>(
     }
     for item in others.try_iter()? {
         let (l, x) = pair(&item?, "other_data")?;
-        let l = l.downcast_into::<Locator>().map_err(|e| {
+        let l = l.cast_into::<Locator>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "other_data locators must be aitune_fast.Locator: {e}"
             ))

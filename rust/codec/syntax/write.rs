@@ -82,24 +82,9 @@ pub fn write_wtf8(out: &mut String, bytes: &[u8]) -> bool {
     true
 }
 
+/// Append `v` in decimal.
 pub fn write_i64(out: &mut String, v: i64) {
-    if (0..10).contains(&v) {
-        out.push((b'0' + v as u8) as char);
-        return;
-    }
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let mut n = v.unsigned_abs();
-    while n > 0 {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    if v < 0 {
-        out.push('-');
-    }
-    // SAFETY: ASCII digits
-    out.push_str(unsafe { std::str::from_utf8_unchecked(&buf[i..]) });
+    out.push_str(itoa::Buffer::new().format(v));
 }
 
 /// `float.__repr__` of values with at most 4 decimals and 15 significant digits (most batch-size

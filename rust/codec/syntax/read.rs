@@ -1,14 +1,46 @@
 //! The JSON text reader: a pull parser over bytes. It checks the grammar strictly (RFC 8259 plus
-//! the three float tokens), bounds nesting, and reports every error with its line and column. It
-//! never panics on any input.
+//! the three float tokens), bounds nesting, and reports every error with its byte offset (the
+//! line and column are found from it only when the error is reported: [`line_column`]). It never
+//! panics on any input.
 
 use std::borrow::Cow;
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-
 use super::write::NEEDS_ESCAPE;
 use super::MAX_NESTING;
+
+/// Why reading stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JsonError {
+    /// The text breaks the grammar or a limit at byte `pos`; `msg` says how.
+    Syntax { pos: usize, msg: Cow<'static, str> },
+    /// The thread's C stack is nearly spent (`crate::stack`): nested too deep for this thread.
+    Stack,
+}
+
+impl JsonError {
+    /// An error at byte `pos`.
+    pub fn at(pos: usize, msg: impl Into<Cow<'static, str>>) -> JsonError {
+        JsonError::Syntax {
+            pos,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// The result of a read.
+pub type JsonResult<T> = Result<T, JsonError>;
+
+/// Line and column (both from 1; the column counts bytes) of byte `pos` of `src` (clamped to its
+/// end).
+pub fn line_column(src: &[u8], pos: usize) -> (usize, usize) {
+    let before = &src[..pos.min(src.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = match before.iter().rposition(|&b| b == b'\n') {
+        Some(nl) => before.len() - nl,
+        None => before.len() + 1,
+    };
+    (line, col)
+}
 
 /// A string read from JSON: borrowed when it had no escapes, owned otherwise; `Wtf8` when it holds
 /// lone surrogates (encoded as `surrogatepass` UTF-8, for Python to decode).
@@ -75,21 +107,15 @@ pub struct Parser<'a> {
     depth: usize,
     /// whether the source is known to be valid UTF-8 (a Python str)
     utf8_checked: bool,
-    /// what is being read, for messages
-    pub what: &'static str,
-    /// the entry being read (`("tensor_data", 3)`), for messages
-    pub ctx: Option<(&'static str, usize)>,
 }
 
 impl<'a> Parser<'a> {
-    pub fn new(src: &'a [u8], utf8_checked: bool, what: &'static str) -> Parser<'a> {
+    pub fn new(src: &'a [u8], utf8_checked: bool) -> Parser<'a> {
         Parser {
             src,
             pos: 0,
             depth: 0,
             utf8_checked,
-            what,
-            ctx: None,
         }
     }
 
@@ -100,31 +126,16 @@ impl<'a> Parser<'a> {
             pos,
             depth,
             utf8_checked: self.utf8_checked,
-            what: self.what,
-            ctx: None,
         }
     }
 
-    /// A `ValueError` that says where in the text the problem is.
-    pub fn err_at(&self, pos: usize, msg: impl std::fmt::Display) -> PyErr {
-        let pos = pos.min(self.src.len());
-        let before = &self.src[..pos];
-        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-        let col = match before.iter().rposition(|&b| b == b'\n') {
-            Some(nl) => pos - nl,
-            None => pos + 1,
-        };
-        let ctx = match self.ctx {
-            Some((list, i)) => format!("{list}[{i}]: "),
-            None => String::new(),
-        };
-        PyValueError::new_err(format!(
-            "{}: {ctx}{msg} (line {line} column {col}, byte {pos})",
-            self.what
-        ))
+    /// An error at byte `pos`.
+    pub fn err_at(&self, pos: usize, msg: impl Into<Cow<'static, str>>) -> JsonError {
+        JsonError::at(pos, msg)
     }
 
-    pub fn err(&self, msg: impl std::fmt::Display) -> PyErr {
+    /// An error at the current position.
+    pub fn err(&self, msg: impl Into<Cow<'static, str>>) -> JsonError {
         self.err_at(self.pos, msg)
     }
 
@@ -140,7 +151,7 @@ impl<'a> Parser<'a> {
     }
 
     /// The kind of the next value, without consuming it.
-    pub fn peek(&mut self) -> PyResult<Tok> {
+    pub fn peek(&mut self) -> JsonResult<Tok> {
         self.ws();
         match self.src.get(self.pos) {
             None => Err(self.err("unexpected end of text, expected a value")),
@@ -155,7 +166,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn literal(&mut self, word: &str) -> PyResult<()> {
+    fn literal(&mut self, word: &str) -> JsonResult<()> {
         if self.src[self.pos..].starts_with(word.as_bytes()) {
             self.pos += word.len();
             Ok(())
@@ -164,11 +175,11 @@ impl<'a> Parser<'a> {
         }
     }
 
-    pub fn null(&mut self) -> PyResult<()> {
+    pub fn null(&mut self) -> JsonResult<()> {
         self.literal("null")
     }
 
-    pub fn boolean(&mut self) -> PyResult<bool> {
+    pub fn boolean(&mut self) -> JsonResult<bool> {
         match self.peek()? {
             Tok::True => self.literal("true").map(|_| true),
             Tok::False => self.literal("false").map(|_| false),
@@ -177,7 +188,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Read a number (the caller has checked that one comes next).
-    pub fn number(&mut self) -> PyResult<JNum<'a>> {
+    pub fn number(&mut self) -> JsonResult<JNum<'a>> {
         self.ws();
         let start = self.pos;
         let s = self.src;
@@ -267,7 +278,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Read a string (the caller has checked that one comes next).
-    pub fn string(&mut self) -> PyResult<JStr<'a>> {
+    pub fn string(&mut self) -> JsonResult<JStr<'a>> {
         self.ws();
         if self.src.get(self.pos) != Some(&b'"') {
             return Err(self.err("expected a string"));
@@ -304,7 +315,7 @@ impl<'a> Parser<'a> {
     /// The slow path of [`Parser::string`]: the string's contents start at `start` and its first
     /// escape is at `p`. Unescapes into bytes (surrogatepass UTF-8 for lone surrogates).
     #[inline(never)]
-    fn string_escaped(&mut self, start: usize, mut p: usize) -> PyResult<JStr<'a>> {
+    fn string_escaped(&mut self, start: usize, mut p: usize) -> JsonResult<JStr<'a>> {
         let s = self.src;
         let mut buf: Vec<u8> = Vec::with_capacity(p - start + 16);
         let mut wtf = false;
@@ -343,7 +354,7 @@ impl<'a> Parser<'a> {
 
     /// Append the escape at `p` (a backslash) to `buf`; returns where the string goes on. `wtf` is
     /// set when a lone surrogate was written.
-    fn unescape(&self, p: usize, buf: &mut Vec<u8>, wtf: &mut bool) -> PyResult<usize> {
+    fn unescape(&self, p: usize, buf: &mut Vec<u8>, wtf: &mut bool) -> JsonResult<usize> {
         let simple = match self.src.get(p + 1).copied() {
             Some(b'"') => b'"',
             Some(b'\\') => b'\\',
@@ -363,7 +374,7 @@ impl<'a> Parser<'a> {
     /// Append the code point of the `\u` escape whose four hex digits start at `p` (and of the
     /// low surrogate's escape right after, when the pair makes one code point); returns where the
     /// string goes on.
-    fn unescape_u(&self, mut p: usize, buf: &mut Vec<u8>, wtf: &mut bool) -> PyResult<usize> {
+    fn unescape_u(&self, mut p: usize, buf: &mut Vec<u8>, wtf: &mut bool) -> JsonResult<usize> {
         let s = self.src;
         let hi = self.hex4(p)?;
         p += 4;
@@ -390,7 +401,7 @@ impl<'a> Parser<'a> {
         Ok(p)
     }
 
-    fn hex4(&self, p: usize) -> PyResult<u16> {
+    fn hex4(&self, p: usize) -> JsonResult<u16> {
         let h = self
             .src
             .get(p..p + 4)
@@ -408,7 +419,7 @@ impl<'a> Parser<'a> {
         Ok(v)
     }
 
-    fn utf8(&self, raw: &'a [u8], at: usize) -> PyResult<&'a str> {
+    fn utf8(&self, raw: &'a [u8], at: usize) -> JsonResult<&'a str> {
         if self.utf8_checked || raw.is_ascii() {
             // SAFETY: a slice between ASCII delimiters of text known to be valid UTF-8, or ASCII
             return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
@@ -417,7 +428,7 @@ impl<'a> Parser<'a> {
             .map_err(|e| self.err_at(at + e.valid_up_to(), "invalid UTF-8 in a string"))
     }
 
-    fn open(&mut self, c: u8, what: &str) -> PyResult<()> {
+    fn open(&mut self, c: u8, what: &str) -> JsonResult<()> {
         self.ws();
         if self.src.get(self.pos) != Some(&c) {
             let found = match self.peek() {
@@ -434,18 +445,20 @@ impl<'a> Parser<'a> {
             return Err(self.err(format!("nested deeper than {MAX_NESTING} levels")));
         }
         // readers of nested values recurse once per level
-        crate::stack::check("reading nested JSON")?;
+        if !crate::stack::room_left() {
+            return Err(JsonError::Stack);
+        }
         self.pos += 1;
         Ok(())
     }
 
     /// Consume `[`.
-    pub fn arr_begin(&mut self) -> PyResult<()> {
+    pub fn arr_begin(&mut self) -> JsonResult<()> {
         self.open(b'[', "an array")
     }
 
     /// Whether another element follows (consuming the `,` before it, or the closing `]`).
-    pub fn arr_next(&mut self, first: &mut bool) -> PyResult<bool> {
+    pub fn arr_next(&mut self, first: &mut bool) -> JsonResult<bool> {
         self.ws();
         match self.src.get(self.pos) {
             Some(b']') => {
@@ -467,12 +480,12 @@ impl<'a> Parser<'a> {
     }
 
     /// Consume `{`.
-    pub fn obj_begin(&mut self) -> PyResult<()> {
+    pub fn obj_begin(&mut self) -> JsonResult<()> {
         self.open(b'{', "an object")
     }
 
     /// The next key (consuming it and its `:`), or None at the closing `}`.
-    pub fn obj_next(&mut self, first: &mut bool) -> PyResult<Option<(usize, JStr<'a>)>> {
+    pub fn obj_next(&mut self, first: &mut bool) -> JsonResult<Option<(usize, JStr<'a>)>> {
         self.ws();
         match self.src.get(self.pos) {
             Some(b'}') => {
@@ -509,7 +522,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Skip one value, checking its syntax.
-    pub fn skip(&mut self) -> PyResult<()> {
+    pub fn skip(&mut self) -> JsonResult<()> {
         match self.peek()? {
             Tok::Null => self.null(),
             Tok::True | Tok::False => self.boolean().map(|_| ()),
@@ -535,7 +548,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Check that only whitespace follows.
-    pub fn end(&mut self) -> PyResult<()> {
+    pub fn end(&mut self) -> JsonResult<()> {
         self.ws();
         if self.pos < self.src.len() {
             return Err(self.err("extra data after the end of the document"));
@@ -543,7 +556,7 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    pub fn int(&mut self, what: &str) -> PyResult<i64> {
+    pub fn int(&mut self, what: &str) -> JsonResult<i64> {
         let at = self.pos;
         match self.peek()? {
             Tok::Num => match self.number()? {
@@ -563,5 +576,304 @@ fn show_byte(b: u8) -> String {
         format!("'{}'", b as char)
     } else {
         format!("byte 0x{b:02x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads one whole document (value, then only whitespace), checking its syntax.
+    fn check(src: &str) -> JsonResult<()> {
+        let mut p = Parser::new(src.as_bytes(), false);
+        p.skip()?;
+        p.end()
+    }
+
+    /// The offset and message of the error reading `src`.
+    fn error(src: &[u8]) -> (usize, String) {
+        let mut p = Parser::new(src, false);
+        match p.skip().and_then(|_| p.end()) {
+            Err(JsonError::Syntax { pos, msg }) => (pos, msg.into_owned()),
+            other => panic!(
+                "{:?}: expected a syntax error, got {other:?}",
+                String::from_utf8_lossy(src)
+            ),
+        }
+    }
+
+    fn number(src: &str) -> JNum<'_> {
+        let mut p = Parser::new(src.as_bytes(), true);
+        let n = p.number().unwrap();
+        p.end().unwrap();
+        n
+    }
+
+    fn string(src: &str) -> JStr<'_> {
+        let mut p = Parser::new(src.as_bytes(), false);
+        let s = p.string().unwrap();
+        p.end().unwrap();
+        s
+    }
+
+    #[test]
+    fn the_grammar_is_read() {
+        for ok in [
+            "null",
+            " true ",
+            "false",
+            "0",
+            "-1.5e+3",
+            "2E-2",
+            "\"\"",
+            "[]",
+            "{}",
+            "[1, [2, {\"a\": [null]}], \"x\"]",
+            "{\"a\" : 1 ,\"b\":{\"c\":[]}}",
+            "\t\r\n[ ]\n",
+            "NaN",
+            "-Infinity",
+            "[Infinity]",
+            "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\"",
+        ] {
+            check(ok).unwrap_or_else(|e| panic!("{ok:?}: {e:?}"));
+        }
+    }
+
+    #[test]
+    fn every_error_says_where() {
+        let cases: &[(&[u8], usize, &str)] = &[
+            (b"", 0, "unexpected end of text, expected a value"),
+            (b"  ", 2, "unexpected end of text, expected a value"),
+            (b"x", 0, "unexpected 'x', expected a value"),
+            (b"\x01", 0, "unexpected byte 0x01, expected a value"),
+            (b"nul", 0, "invalid literal, expected null"),
+            (b"tru", 0, "invalid literal, expected true"),
+            (b"[fals]", 1, "invalid literal, expected false"),
+            (b"-", 1, "invalid number"),
+            (b"-x", 1, "invalid number"),
+            (
+                b"1.",
+                2,
+                "invalid number: digits must follow the decimal point",
+            ),
+            (
+                b"1.e5",
+                2,
+                "invalid number: digits must follow the decimal point",
+            ),
+            (b"1e", 2, "invalid number: digits must follow the exponent"),
+            (b"1e+", 3, "invalid number: digits must follow the exponent"),
+            (b"01", 1, "extra data after the end of the document"),
+            (b"1 2", 2, "extra data after the end of the document"),
+            (b"\"abc", 0, "unterminated string"),
+            (b"\"a\\nb", 0, "unterminated string"),
+            (
+                b"\"a\nb\"",
+                2,
+                "control character in a string (it must be escaped)",
+            ),
+            (
+                b"\"\\n\x1f\"",
+                3,
+                "control character in a string (it must be escaped)",
+            ),
+            (b"\"\\x\"", 1, "invalid escape in a string"),
+            (b"\"\\", 1, "invalid escape in a string"),
+            (b"\"\\u12\"xx", 3, "invalid \\u escape"),
+            (b"\"\\u12", 3, "truncated \\u escape"),
+            (b"\"\\uzzzz\"", 3, "invalid \\u escape"),
+            (b"\"\\ud800\\u12", 9, "truncated \\u escape"),
+            (b"\"\xff\"", 1, "invalid UTF-8 in a string"),
+            (b"\"ab\xc3\"", 3, "invalid UTF-8 in a string"),
+            (b"\"\\n\xff\"", 3, "invalid UTF-8 in a string"),
+            (b"[1 2]", 3, "expected ',' or ']', found '2'"),
+            (b"[1,", 3, "unexpected end of text, expected a value"),
+            (b"[", 1, "unexpected end of text inside an array"),
+            (b"[1", 2, "unexpected end of text inside an array"),
+            (b"[,1]", 1, "unexpected ',', expected a value"),
+            (b"{1:2}", 1, "expected '\"' or '}', found '1'"),
+            (b"{\"a\":1 \"b\"}", 7, "expected ',' or '}', found '\"'"),
+            (b"{\"a\":1,}", 7, "expected a key (a string)"),
+            (b"{\"a\" 1}", 5, "expected ':' after a key"),
+            (b"{\"a\":1", 6, "unexpected end of text inside an object"),
+            (b"{", 1, "unexpected end of text inside an object"),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter(|&&(src, pos, msg)| error(src) != (pos, msg.to_owned()))
+            .map(|&(src, _, _)| format!("{:?}: {:?}", String::from_utf8_lossy(src), error(src)))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn typed_reads_say_what_they_expected() {
+        let mut p = Parser::new(b"[1]", true);
+        assert_eq!(
+            p.boolean(),
+            Err(JsonError::at(0, "expected a boolean, found an array"))
+        );
+        assert_eq!(
+            p.obj_begin(),
+            Err(JsonError::at(0, "expected an object, found an array"))
+        );
+        let mut p = Parser::new(b"1.5 \"x\" 99999999999999999999", true);
+        assert_eq!(
+            p.int("size"),
+            Err(JsonError::at(0, "size: expected an integer, found a float"))
+        );
+        assert_eq!(
+            p.int("size"),
+            Err(JsonError::at(
+                4,
+                "size: expected an integer, found a string"
+            ))
+        );
+        p.pos = 8;
+        assert_eq!(
+            p.int("size"),
+            Err(JsonError::at(8, "size: integer out of range"))
+        );
+        let mut p = Parser::new(b"x", true);
+        assert_eq!(
+            p.arr_begin(),
+            Err(JsonError::at(0, "expected an array, found 'x'"))
+        );
+        let mut p = Parser::new(b"", true);
+        assert_eq!(
+            p.arr_begin(),
+            Err(JsonError::at(
+                0,
+                "expected an array, found the end of the text"
+            ))
+        );
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        check(&deep(MAX_NESTING)).unwrap();
+        let objects = format!(
+            "{}1{}",
+            "{\"a\":".repeat(MAX_NESTING),
+            "}".repeat(MAX_NESTING)
+        );
+        check(&objects).unwrap();
+        assert_eq!(
+            error(deep(MAX_NESTING + 1).as_bytes()),
+            (
+                MAX_NESTING,
+                format!("nested deeper than {MAX_NESTING} levels")
+            )
+        );
+        // a parser at depth d accepts MAX_NESTING - d more levels
+        let text = deep(MAX_NESTING);
+        let mut p = Parser::new(text.as_bytes(), true).fork_at(0, 1);
+        assert_eq!(
+            p.skip(),
+            Err(JsonError::at(
+                MAX_NESTING - 1,
+                "nested deeper than 512 levels"
+            ))
+        );
+        let mut p = Parser::new(text.as_bytes(), true).fork_at(1, 1);
+        p.skip().unwrap();
+    }
+
+    #[test]
+    fn a_thread_short_of_stack_is_refused_not_overflowed() {
+        let text = format!("{}{}", "[".repeat(MAX_NESTING), "]".repeat(MAX_NESTING));
+        let got = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || check(&text))
+            .unwrap()
+            .join()
+            .expect("the thread overflowed its stack");
+        assert_eq!(got, Err(JsonError::Stack));
+    }
+
+    #[test]
+    fn numbers_at_the_edges() {
+        assert!(matches!(number("0"), JNum::Int(0)));
+        assert!(matches!(number("-0"), JNum::Int(0)));
+        assert!(matches!(number("-0.0"), JNum::Float(f) if f == 0.0 && f.is_sign_negative()));
+        assert!(matches!(number("9223372036854775807"), JNum::Int(i64::MAX)));
+        assert!(matches!(
+            number("-9223372036854775808"),
+            JNum::Int(i64::MIN)
+        ));
+        assert!(matches!(
+            number("9223372036854775808"),
+            JNum::BigInt("9223372036854775808")
+        ));
+        assert!(matches!(
+            number("-9223372036854775809"),
+            JNum::BigInt("-9223372036854775809")
+        ));
+        assert!(matches!(
+            number("12345678901234567890"),
+            JNum::BigInt("12345678901234567890")
+        ));
+        assert!(matches!(number("99999999999999999999"), JNum::BigInt(_)));
+        assert!(matches!(number("1e309"), JNum::Float(f) if f == f64::INFINITY));
+        assert!(matches!(number("-1e309"), JNum::Float(f) if f == f64::NEG_INFINITY));
+        assert!(matches!(number("1e-400"), JNum::Float(f) if f == 0.0));
+        assert!(matches!(number("5e-324"), JNum::Float(f) if f == 5e-324));
+        assert!(matches!(number("1.7976931348623157e308"), JNum::Float(f) if f == f64::MAX));
+        assert!(matches!(number("1E2"), JNum::Float(f) if f == 100.0));
+        assert!(matches!(number("NaN"), JNum::Float(f) if f.is_nan()));
+        assert!(matches!(number("Infinity"), JNum::Float(f) if f == f64::INFINITY));
+        assert!(matches!(number("-Infinity"), JNum::Float(f) if f == f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn strings_and_surrogates() {
+        assert!(matches!(
+            string("\"plain\""),
+            JStr::Str(Cow::Borrowed("plain"))
+        ));
+        assert!(matches!(string("\"é\""), JStr::Str(Cow::Borrowed("é"))));
+        assert!(string("\"a\\u00e9\\n\"").is("aé\n"));
+        // a pair of escapes is one character
+        assert!(string("\"\\ud83d\\ude00\"").is("\u{1f600}"));
+        // lone surrogates are kept, as surrogatepass UTF-8
+        assert!(matches!(string("\"\\ud800\""), JStr::Wtf8(b) if b == [0xED, 0xA0, 0x80]));
+        assert!(matches!(string("\"\\udc00x\""), JStr::Wtf8(b) if b == [0xED, 0xB0, 0x80, b'x']));
+        assert!(
+            matches!(string("\"\\ud800\\u0041\""), JStr::Wtf8(b) if b == [0xED, 0xA0, 0x80, b'A'])
+        );
+        // a low surrogate first, then a high one: two lone surrogates
+        assert!(
+            matches!(string("\"\\udc00\\ud800\""), JStr::Wtf8(b) if b == [0xED, 0xB0, 0x80, 0xED, 0xA0, 0x80])
+        );
+        assert_eq!(string("\"\\ud800\"").show(), "\"\u{fffd}\u{fffd}\u{fffd}\"");
+        assert_eq!(string("\"a\\\"b\"").show(), "\"a\\\"b\"");
+    }
+
+    #[test]
+    fn object_keys_come_with_their_offsets() {
+        let text = b"{\"a\": 1, \"b\" :[]}";
+        let mut p = Parser::new(text, true);
+        p.obj_begin().unwrap();
+        let mut first = true;
+        let (at, k) = p.obj_next(&mut first).unwrap().unwrap();
+        assert_eq!((at, k.as_str()), (1, Some("a")));
+        assert!(matches!(p.number().unwrap(), JNum::Int(1)));
+        let (at, k) = p.obj_next(&mut first).unwrap().unwrap();
+        assert_eq!((at, k.as_str()), (9, Some("b")));
+        p.skip().unwrap();
+        assert!(p.obj_next(&mut first).unwrap().is_none());
+        p.end().unwrap();
+    }
+
+    #[test]
+    fn line_and_column_are_found_from_the_offset() {
+        let src = b"ab\ncd\n\nx";
+        assert_eq!(line_column(src, 0), (1, 1));
+        assert_eq!(line_column(src, 2), (1, 3));
+        assert_eq!(line_column(src, 3), (2, 1));
+        assert_eq!(line_column(src, 7), (4, 1));
+        assert_eq!(line_column(src, 99), (4, 2));
     }
 }

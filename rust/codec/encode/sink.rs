@@ -78,7 +78,7 @@ impl<'py> StrSink<'py> {
         self.resize(self.len)?;
         let obj = self.obj.take().expect("resize keeps the str");
         // SAFETY: a new reference to a str whose characters are all written
-        Ok(unsafe { Bound::from_owned_ptr(self.py, obj).downcast_into_unchecked() })
+        Ok(unsafe { Bound::from_owned_ptr(self.py, obj).cast_into_unchecked() })
     }
 
     /// # Safety

@@ -1,0 +1,291 @@
+//! The codecs' one error type. Every codec function returns [`CodecResult`]; the Python exception
+//! is made once, in the codec functions Python calls ([`CodecError::into_pyerr`]).
+//!
+//! An error either came from Python (a user's `__hash__`, a `MemoryError`, a `KeyboardInterrupt`)
+//! and is passed on as it is, or is a refusal of the codec's own: a kind (`ValueError`,
+//! `TypeError`, `RecursionError`), a message, and, while decoding text, the byte offset and the
+//! entry it was found in. The line and column are worked out from the offset only when the error
+//! is reported. No message is ever read back from an exception.
+
+use std::borrow::Cow;
+
+use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::PyTypeInfo;
+
+use super::syntax::read::{line_column, JsonError};
+
+/// The Python exception class a refusal becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Value,
+    Type,
+    Recursion,
+}
+
+/// A refusal of the codec's own.
+#[derive(Debug)]
+pub struct Refusal {
+    pub kind: Kind,
+    pub msg: Cow<'static, str>,
+    /// where in the text it was found (decoding text)
+    pub pos: Option<usize>,
+    /// the entry being read (`("tensor_data", 3)`), shown before the message
+    pub entry: Option<(&'static str, usize)>,
+    /// the exception Python raised that made the codec refuse (`__cause__` of the one raised)
+    pub cause: Option<PyErr>,
+}
+
+#[derive(Debug)]
+pub enum CodecError {
+    /// Raised by Python: passed on unchanged.
+    Python(PyErr),
+    /// The codec's own (boxed: results stay two words wide on the hot paths).
+    Refused(Box<Refusal>),
+}
+
+pub type CodecResult<T> = Result<T, CodecError>;
+
+impl From<PyErr> for CodecError {
+    fn from(e: PyErr) -> CodecError {
+        CodecError::Python(e)
+    }
+}
+
+impl From<pyo3::CastError<'_, '_>> for CodecError {
+    fn from(e: pyo3::CastError<'_, '_>) -> CodecError {
+        CodecError::Python(e.into())
+    }
+}
+
+impl From<JsonError> for CodecError {
+    #[cold]
+    fn from(e: JsonError) -> CodecError {
+        match e {
+            JsonError::Syntax { pos, msg } => CodecError::refuse(Kind::Value, msg).at(pos),
+            JsonError::Stack => CodecError::stack("reading nested JSON"),
+        }
+    }
+}
+
+impl CodecError {
+    #[cold]
+    pub fn refuse(kind: Kind, msg: impl Into<Cow<'static, str>>) -> CodecError {
+        CodecError::Refused(Box::new(Refusal {
+            kind,
+            msg: msg.into(),
+            pos: None,
+            entry: None,
+            cause: None,
+        }))
+    }
+
+    /// A `ValueError`.
+    #[cold]
+    pub fn value(msg: impl Into<Cow<'static, str>>) -> CodecError {
+        CodecError::refuse(Kind::Value, msg)
+    }
+
+    /// A `TypeError`.
+    #[cold]
+    pub fn type_error(msg: impl Into<Cow<'static, str>>) -> CodecError {
+        CodecError::refuse(Kind::Type, msg)
+    }
+
+    /// A `RecursionError`: the thread's C stack is nearly spent while `what` (see `crate::stack`).
+    #[cold]
+    pub fn stack(what: &str) -> CodecError {
+        CodecError::refuse(Kind::Recursion, crate::stack::exhausted_message(what))
+    }
+
+    /// A `ValueError` at byte `pos` of the text.
+    #[cold]
+    pub fn invalid_at(pos: usize, msg: impl Into<Cow<'static, str>>) -> CodecError {
+        CodecError::value(msg).at(pos)
+    }
+
+    /// With `cause` (an exception Python raised) as the cause of the exception it becomes.
+    #[cold]
+    pub fn caused_by(self, cause: PyErr) -> CodecError {
+        self.map_refusal(|r| r.cause = Some(cause))
+    }
+
+    /// A `ValueError` saying `msg`, caused by `e`, where `e` is an `E` (a `TypeError` for an
+    /// unhashable value, say); any other exception (a `MemoryError`, a `KeyboardInterrupt`) is
+    /// passed on unchanged.
+    #[cold]
+    pub fn refusing<E: PyTypeInfo>(
+        py: Python<'_>,
+        e: PyErr,
+        msg: impl Into<Cow<'static, str>>,
+    ) -> CodecError {
+        if e.is_instance_of::<E>(py) {
+            CodecError::value(msg).caused_by(e)
+        } else {
+            CodecError::Python(e)
+        }
+    }
+
+    /// Placed at byte `pos`, unless it came from Python, is not a `ValueError` or was placed
+    /// already.
+    #[cold]
+    pub fn at(self, pos: usize) -> CodecError {
+        self.map_refusal(|r| {
+            if r.kind == Kind::Value && r.pos.is_none() {
+                r.pos = Some(pos);
+            }
+        })
+    }
+
+    /// Said of entry `i` of `list`, unless it came from Python or names an entry already.
+    #[cold]
+    pub fn in_entry(self, list: &'static str, i: usize) -> CodecError {
+        self.map_refusal(|r| {
+            if r.pos.is_some() && r.entry.is_none() {
+                r.entry = Some((list, i));
+            }
+        })
+    }
+
+    /// Its message after `prefix` and a colon, unless it came from Python.
+    #[cold]
+    pub fn prefixed(self, prefix: &str) -> CodecError {
+        self.map_refusal(|r| r.msg = format!("{prefix}: {}", r.msg).into())
+    }
+
+    fn map_refusal(self, f: impl FnOnce(&mut Refusal)) -> CodecError {
+        match self {
+            CodecError::Refused(mut r) => {
+                f(&mut r);
+                CodecError::Refused(r)
+            }
+            python => python,
+        }
+    }
+
+    /// Placed refusals of a decoder of `src` (called `what` in messages) made final: the message
+    /// says `what`, the entry, and where (line, column, byte). Anything else unchanged.
+    #[cold]
+    pub fn locate(self, what: &str, src: &[u8]) -> CodecError {
+        self.map_refusal(|r| {
+            let Some(pos) = r.pos.take() else {
+                return;
+            };
+            let pos = pos.min(src.len());
+            let (line, col) = line_column(src, pos);
+            let entry = match r.entry.take() {
+                Some((list, i)) => format!("{list}[{i}]: "),
+                None => String::new(),
+            };
+            r.msg = format!(
+                "{what}: {entry}{} (line {line} column {col}, byte {pos})",
+                r.msg
+            )
+            .into();
+        })
+    }
+
+    /// The Python exception: the one place a codec error becomes one, where Python called the
+    /// codec (a refusal still placed in a text should have been [`CodecError::locate`]d).
+    #[cold]
+    pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        let r = match self {
+            CodecError::Python(e) => return e,
+            CodecError::Refused(r) => r,
+        };
+        let msg = r.msg.into_owned();
+        let e = match r.kind {
+            Kind::Value => PyValueError::new_err(msg),
+            Kind::Type => PyTypeError::new_err(msg),
+            Kind::Recursion => PyRecursionError::new_err(msg),
+        };
+        if r.cause.is_some() {
+            e.set_cause(py, r.cause);
+        }
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pyo3::exceptions::PyMemoryError;
+
+    use super::*;
+
+    fn message(py: Python<'_>, e: &PyErr) -> String {
+        e.value(py).str().unwrap().to_string()
+    }
+
+    #[test]
+    fn exceptions_from_python_pass_through_unchanged() {
+        Python::attach(|py| {
+            let memory = PyMemoryError::new_err("out of memory");
+            let e = CodecError::refusing::<PyTypeError>(py, memory, "must be hashable")
+                .at(3)
+                .in_entry("others", 0)
+                .prefixed("to_json")
+                .locate("from_json", b"[1, 2]");
+            let e = e.into_pyerr(py);
+            assert!(e.is_instance_of::<PyMemoryError>(py));
+            assert_eq!(message(py, &e), "out of memory");
+            assert!(e.cause(py).is_none());
+        });
+    }
+
+    #[test]
+    fn a_refusal_keeps_pythons_error_as_its_cause() {
+        Python::attach(|py| {
+            let unhashable = PyTypeError::new_err("unhashable type: 'list'");
+            let e = CodecError::refusing::<PyTypeError>(py, unhashable, "must be hashable")
+                .into_pyerr(py);
+            assert!(e.is_instance_of::<PyValueError>(py));
+            assert_eq!(message(py, &e), "must be hashable");
+            let cause = e.cause(py).expect("a cause");
+            assert!(cause.is_instance_of::<PyTypeError>(py));
+        });
+    }
+
+    #[test]
+    fn placed_refusals_say_where_once_reported() {
+        Python::attach(|py| {
+            let src = b"{\n  \"a\": [1,\n  x]}";
+            let e = CodecError::invalid_at(15, "unexpected 'x'")
+                .at(0) // placed once: the first place stays
+                .in_entry("tensor_data", 2)
+                .in_entry("paths", 9) // the innermost entry stays
+                .locate("SampleMetadata.from_json", src)
+                .into_pyerr(py);
+            assert!(e.is_instance_of::<PyValueError>(py));
+            assert_eq!(
+                message(py, &e),
+                "SampleMetadata.from_json: tensor_data[2]: unexpected 'x' (line 3 column 3, byte 15)"
+            );
+            // past the end of the text: the end
+            let e = CodecError::invalid_at(99, "cut")
+                .locate("w", b"ab")
+                .into_pyerr(py);
+            assert_eq!(message(py, &e), "w: cut (line 1 column 3, byte 2)");
+        });
+    }
+
+    #[test]
+    fn unplaced_refusals_keep_their_message_and_kind() {
+        Python::attach(|py| {
+            let e = CodecError::type_error("a value of type object cannot be encoded")
+                .at(4)
+                .in_entry("other_data", 0)
+                .prefixed("SampleMetadata.to_json: other_data[0] cannot be encoded")
+                .locate("w", b"text")
+                .into_pyerr(py);
+            assert!(e.is_instance_of::<PyTypeError>(py));
+            assert_eq!(
+                message(py, &e),
+                "SampleMetadata.to_json: other_data[0] cannot be encoded: a value of type object \
+                 cannot be encoded"
+            );
+            let e = CodecError::from(JsonError::Stack).at(1).into_pyerr(py);
+            assert!(e.is_instance_of::<PyRecursionError>(py));
+            assert!(message(py, &e).starts_with("maximum recursion depth exceeded while reading"));
+        });
+    }
+}
