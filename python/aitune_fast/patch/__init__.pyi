@@ -15,14 +15,15 @@ def patch_aitune(call_path: bool = True) -> None:
     """Make every loaded ``aitune`` module, and any imported later, use aitune_fast.
 
     `call_path`: also run a tuned module's per-call path (``Module._forward``, ``TunedModule.__call__``,
-    ``Backend.infer``) on aitune_fast's implementation (``_tuned_call``); False keeps AITune's own, with only the
+    ``Backend.infer``) on aitune_fast's implementation (``_call_path``); False keeps AITune's own, with only the
     metadata swapped. Calling it again while patched switches the call path. Idempotent.
 
     The switch is atomic: calls into AITune made meanwhile by other threads wait for it, the calls already running
     finish first, and any failure (or KeyboardInterrupt) leaves AITune as it was. Raises ImportError when ``aitune``
     is not installed, RuntimeError when its version is not one the patch was made for (``aitune>=0.6.0,<0.7.0``),
     and :class:`SwitchRefused` (a RuntimeError) while another thread tunes or saves or loads a checkpoint, or when
-    AITune calls of other threads have not returned within 5 seconds: call it again once they have.
+    AITune calls of other threads have not returned within 5 seconds: call it again once they have; TypeError when
+    `call_path` is not a bool.
 
     Swapped with the classes: the core reads AITune's ``global_context`` and ``config``; AITune's ``Locator``
     registrations carry over; live tuned modules' backend keys are converted; ``aitune.torch.save`` writes what a stock

@@ -39,8 +39,11 @@ def patch_aitune(call_path: bool = True) -> None:
     finish first, and any failure (or KeyboardInterrupt) leaves AITune as it was. Raises ImportError when ``aitune``
     is not installed, RuntimeError when its version is not one the patch was made for (``aitune>=0.6.0,<0.7.0``),
     and :class:`SwitchRefused` (a RuntimeError) while another thread tunes or saves or loads a checkpoint, or when
-    AITune calls of other threads have not returned within 5 seconds: call it again once they have.
+    AITune calls of other threads have not returned within 5 seconds: call it again once they have; TypeError when
+    `call_path` is not a bool.
     """
+    if not isinstance(call_path, bool):
+        raise TypeError(f"patch_aitune(call_path=...) takes True or False, not {call_path!r}")
     with LOCK:
         recover()
         if state().active and state().complete:
