@@ -445,9 +445,11 @@ fn mapping_source<'py>(
     *python += 1;
     let items = obj.call_method0(pyo3::intern!(py, "items"))?;
     // SAFETY: an exact `dict_items` object has the `_PyDictViewObject` layout; its dict is alive
-    // while the view is, and `from_borrowed_ptr` takes our own reference to it
+    // while the view is, and `from_borrowed_ptr` takes our own reference to it. The type is
+    // compared exactly: `odict_items` (an `OrderedDict`'s view) derives from `dict_items` but
+    // walks the linked list's order, and pyo3-ffi's `PyDictItems_Check` accepts subtypes.
     unsafe {
-        if ffi::PyDictItems_Check(items.as_ptr()) != 0 {
+        if ffi::Py_TYPE(items.as_ptr()) == &raw mut ffi::PyDictItems_Type {
             let dict = (*(items.as_ptr() as *const DictView)).dv_dict;
             if !dict.is_null() && ffi::PyDict_Check(dict) != 0 {
                 return Ok(Source::Dict(DictItems::new(
