@@ -317,8 +317,14 @@ def make_batch(metadata: SampleMetadata, inputs: dict[str, Any], batch_size: int
     # before the copy), any other from the copy.
     with torch.no_grad():  # the results must not hang on the input's autograd graph
         batched_of, read, all_leaves = _batch_all(metadata, pairs, inputs, batch_size, torch)
-    changed = [tensor for tensor, result in zip(read, batched_of, strict=True) if result is not None]
-    watched = {id(tensor): tensor for tensor in changed}  # each stands in until its locator is set below
+    # A resized tensor whose class copies it plainly stands in for its own copy until its locator is set below;
+    # one whose class has a copy hook of its own is deep-copied by that hook, and what the copy holds is batched.
+    changed = [
+        tensor
+        for tensor, result in zip(read, batched_of, strict=True)
+        if result is not None and (_plain_types.get(type(tensor)) or _is_plain_type(type(tensor), torch))
+    ]
+    watched = {id(tensor): tensor for tensor in changed}
     memo: dict[int, Any] = {}
     shortcut = all_leaves and bool(watched)
     if shortcut:
@@ -379,7 +385,12 @@ def _copied_plainly(memo: dict[int, Any], torch: Any) -> bool:
 
 def _is_plain_type(cls: type, torch: Any) -> bool:
     if issubclass(cls, torch.Tensor):
-        plain = getattr(cls, "__deepcopy__", None) in (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
+        # torch's own deep copy, which a subclass's __torch_function__ may also take over
+        torch_function = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
+        plain = getattr(cls, "__deepcopy__", None) in (
+            torch.Tensor.__deepcopy__,
+            torch.nn.Parameter.__deepcopy__,
+        ) and torch_function in (torch.Tensor.__torch_function__.__func__, torch._C._disabled_torch_function_impl)
     elif str(getattr(cls, "__module__", "")).partition(".")[0] in _TRUSTED_MODULES:
         plain = True
     else:

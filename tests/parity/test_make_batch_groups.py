@@ -102,7 +102,7 @@ def stacks(monkeypatch):
     return sizes
 
 
-@pytest.mark.parametrize("target", [0, 1, 3, 5])
+@pytest.mark.parametrize("target", [1, 3, 5])
 def test_make_batch_of_many_tensors_of_one_shape(ref, fast, target, stacks):
     (_, _), (inputs, result) = run_both(ref, fast, many, lambda: many(3), target)
     assert_fresh_and_separate(result, inputs)
