@@ -386,7 +386,8 @@ def _copied_plainly(memo: dict[int, Any], torch: Any) -> bool:
 def _is_plain_type(cls: type, torch: Any) -> bool:
     if issubclass(cls, torch.Tensor):
         # torch's own deep copy, which a subclass's __torch_function__ may also take over
-        torch_function = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
+        hook = getattr(cls, "__torch_function__", None)
+        torch_function = getattr(hook, "__func__", hook)
         plain = getattr(cls, "__deepcopy__", None) in (
             torch.Tensor.__deepcopy__,
             torch.nn.Parameter.__deepcopy__,
