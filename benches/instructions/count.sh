@@ -8,6 +8,7 @@
 #   mlp.py       a one-tensor call as a tuned MLP makes it: from_inputs(.., strict=True), `in`, `[]`
 #   dispatch.py  a benchmark workload's dispatch (WL=llm_decode by default; any name of benches/README.md)
 #   from_inputs.py, to_json.py, from_json.py  that workload's walk alone, its metadata's to_json(), from_json()
+#   tuned_call.py  a tuned module's whole call through AITune (MODEL, MODE=patched|stock; subtract N=0)
 # N: calls counted (default 1000, after 200 uncounted ones). TOP: also list the TOP functions by own cost.
 # KEEP=FILE keeps callgrind's output for callgrind_annotate (--inclusive=yes, --tree=caller, ...).
 #

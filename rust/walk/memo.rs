@@ -101,7 +101,7 @@ const NO_HINT: isize = -2;
 
 /// `dict.get(name)`, first trying the entry at `PyDict_Next` position `hint` (when not negative):
 /// the entry whose key is `name` itself is the one a lookup finds.
-#[inline]
+#[inline(always)]
 pub(super) fn dict_entry<'py>(
     py: Python<'py>,
     dict: &Bound<'py, PyDict>,
