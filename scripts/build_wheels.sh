@@ -75,12 +75,17 @@ build_all() { # the five artifacts of $SHA into $STORE
     say "clean checkout of ${SHA:0:10} in $src"
     rm -rf "$stage"
     mkdir -p "$stage" "$build/logs"
+    local ZIG_CACHE="${ZIG_GLOBAL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zig}"
     jobs="${AITUNE_FAST_BUILD_JOBS:-$(nproc)}"
     [ "$jobs" -le 4 ] || jobs=4
     for v in "${PYTHONS[@]}"; do
         local tag="cp${v/./}"
         say "building the $tag wheel (log: $build/logs/$tag.log)"
-        CARGO_TARGET_DIR="$build/target-$tag" maturin build --release --locked --zig --compatibility "$POLICY" \
+        # Each build gets its own XDG cache: maturin's zig support writes its `zig cc` wrapper scripts there,
+        # and two builds rewriting the same script while the other runs it fail with "Text file busy"
+        # (os error 26). Zig's own compile cache stays shared (it locks its entries).
+        XDG_CACHE_HOME="$build/xdg-$tag" ZIG_GLOBAL_CACHE_DIR="$ZIG_CACHE" \
+            CARGO_TARGET_DIR="$build/target-$tag" maturin build --release --locked --zig --compatibility "$POLICY" \
             -i "${PY[$v]}" -o "$stage" -m "$src/Cargo.toml" >"$build/logs/$tag.log" 2>&1 &
         pids+=("$!")
         names+=("$tag")
