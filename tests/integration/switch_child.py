@@ -11,14 +11,18 @@ Modes:
   interrupts SEED N  a KeyboardInterrupt at N seeded points of each switch (some twice: in its roll back too)
   random SEED N    switches at seeded random moments while threads record, tune and load, until N went through
                    and N were refused
+  fork AT          the process forks while another thread is inside ``patch_aitune()`` (AT: "waiting" for a
+                   recording call in flight, or "converting" live objects); the child calls AITune and switches
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -559,6 +563,92 @@ def random_mode(workdir, seed, n):
     }
 
 
+def fork_mode(workdir, at):
+    """Fork while another thread is inside ``patch_aitune()``: the child's AITune calls and switches must return (a
+    child that has not reported within CHILD_LIMIT_S is killed and reported as hung)."""
+    ait, torch, aitune_fast, quiescence = setup()
+    from aitune_fast.patch import _switch
+
+    torch.set_num_threads(1)  # no OpenMP pool to inherit half-used across the fork
+    gate, paused = Gate(), Gate()
+    held = ait.Module(held_mlp(torch, gate), "held", strategy=quick_strategy(ait))
+    x = torch.randn(2, 16)
+    if at == "waiting":  # the switch waits for the held call (its gates closed, the lock held)
+        gate.armed = True
+        call, _ = in_thread(held, x)
+        gate.entered.wait(30)
+    else:  # the switch is inside its journaled steps
+        convert = _switch.convert_live_objects
+
+        def held_convert(*args, **kwargs):
+            paused.hold()
+            return convert(*args, **kwargs)
+
+        _switch.convert_live_objects = held_convert
+        paused.armed = True
+    switcher, switch_box = in_thread(switch, aitune_fast, True)
+    time.sleep(0.5) if at == "waiting" else paused.entered.wait(30)
+    lock = aitune_fast.patch._state.LOCK
+    free = lock.acquire(blocking=False)
+    if free:
+        lock.release()
+    out = {"parent_switching": switcher.is_alive() and not free}
+    out["child"] = run_forked(lambda: forked_child(ait, torch, aitune_fast))
+    gate.release.set()
+    paused.release.set()
+    switcher.join(60)
+    out["parent_switch_error"] = switch_box.get("error")
+    out["parent_patched"] = aitune_fast.is_aitune_patched()
+    return out
+
+
+CHILD_LIMIT_S = 60
+
+
+def run_forked(body) -> dict:
+    """``body()`` in a forked child; its result, or how it ended."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            result = {"value": body()}
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            result = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + CHILD_LIMIT_S
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read)
+            return {"hung": True}
+        time.sleep(0.05)
+    with os.fdopen(read, "rb") as pipe:
+        return json.loads(pipe.read() or b'{"error": "no report"}')
+
+
+def forked_child(ait, torch, aitune_fast) -> dict:
+    """In the child: a new module records and is called, then both switches; each step's outcome."""
+    out = {"patched_at_fork": aitune_fast.is_aitune_patched()}
+    m = ait.Module(torch.nn.Linear(16, 4).eval(), "child", strategy=quick_strategy(ait))
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        out["call_ok"] = bool(torch.equal(m(x), m.__wrapped__(x)))
+        out["keys_unpatched"] = key_worlds(m)
+        aitune_fast.patch_aitune()
+        out["patched"] = aitune_fast.is_aitune_patched()
+        out["keys_patched"] = key_worlds(m)
+        out["patched_call_ok"] = bool(torch.equal(m(x), m.__wrapped__(x)))
+        aitune_fast.unpatch_aitune()
+        out["unpatched"] = not aitune_fast.is_aitune_patched()
+        out["keys_back"] = key_worlds(m)
+        out["names"] = name_worlds()
+    return out
+
+
 MODES = {
     "in_flight": in_flight_mode,
     "tune": tune_mode,
@@ -566,6 +656,7 @@ MODES = {
     "equality": equality_mode,
     "interrupts": interrupts_mode,
     "random": random_mode,
+    "fork": fork_mode,
 }
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ RUNS = {
     "equality": ("equality",),
     "interrupts": ("interrupts", "27", "12"),
     "random": ("random", "27", "6"),
+    "fork_waiting": ("fork", "waiting"),
+    "fork_converting": ("fork", "converting"),
 }
 
 
@@ -112,3 +114,21 @@ def test_switching_at_random_moments_never_fails_a_call_or_loses_a_graph(runs):
     for graphs, ranks in out["graphs_vs_ranks"].values():
         assert graphs == ranks
     assert out["keys"] == (["ours"] if out["patched"] else ["stock"])
+
+
+@pytest.mark.parametrize("run", ["fork_waiting", "fork_converting"])
+def test_a_process_forked_during_a_switch_runs_in_the_world_before_it(runs, run):
+    """A fork while another thread is inside ``patch_aitune()`` (waiting for a call in flight, or converting live
+    objects): the child does not inherit the switch (a thread that does not exist there would hold its lock and
+    gates for good). Before: the child hung at its first AITune call and at ``unpatch_aitune()``; stock's child
+    returns at once. The parent's switch finishes as if nothing happened."""
+    out = runs[run]
+    assert out["parent_switching"] is True
+    child = out["child"]
+    assert "hung" not in child and "error" not in child, child
+    facts = child["value"]
+    assert facts["patched_at_fork"] is False and facts["call_ok"] is True
+    assert facts["keys_unpatched"] == ["stock"]
+    assert facts["patched"] is True and facts["keys_patched"] == ["ours"] and facts["patched_call_ok"] is True
+    assert facts["unpatched"] is True and facts["keys_back"] == ["stock"] and facts["names"] == ["stock"]
+    assert out["parent_switch_error"] is None and out["parent_patched"] is True

@@ -148,6 +148,18 @@ def views_back(views: list[Any], importing: int) -> None:
         _view(module)
 
 
+def forget_other_threads_imports() -> None:
+    """In a forked child, where only the forking thread goes on: the hooked imports other threads were running never
+    end there, so the views are counted for this thread's imports alone (plain modules again when it runs none)."""
+    now = state()
+    mine = getattr(_importing, "depth", 0)
+    if now.importing > mine:
+        if mine:
+            now.importing = mine
+        else:
+            views_off(everything=True)
+
+
 class _Loader(importlib.abc.Loader):
     """Runs the real loader with AITune's own objects in view (:class:`_ImportView`), then swaps names in the
     new module."""

@@ -122,6 +122,11 @@ class _Gates:
         with self.cond:
             self.cond.notify_all()
 
+    def reset_after_fork(self) -> None:
+        """In a forked child: the condition's lock may be held by a thread that does not exist there."""
+        self.cond = threading.Condition(threading.Lock())
+        self.owner = None
+
     def wait(self, caller_frame: Any) -> None:
         """Hold a caller from outside AITune's metadata code until the gates open."""
         me = threading.get_ident()

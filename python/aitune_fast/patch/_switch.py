@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -16,7 +17,14 @@ from aitune_fast.patch import _call_path, _names
 from aitune_fast.patch._aitune import learn_definitions, registry_back
 from aitune_fast.patch._convert import convert_live_objects
 from aitune_fast.patch._journal import JOURNAL, Step
-from aitune_fast.patch._loading import Finder, on_loaded, set_call_path, views_back, views_off
+from aitune_fast.patch._loading import (
+    Finder,
+    forget_other_threads_imports,
+    on_loaded,
+    set_call_path,
+    views_back,
+    views_off,
+)
 from aitune_fast.patch._quiescence import GATES, Codes, Entry, attr, code_chain, quiescent, settled, wait_for_calls
 from aitune_fast.patch._registry import REGISTRY, UNDO_ORDER, Layer
 from aitune_fast.patch._state import CURRENT, LOCK, State, state
@@ -79,6 +87,26 @@ def recover() -> None:
     interrupted then never happened)."""
     GATES.open()
     JOURNAL.roll_back()
+
+
+def after_fork_in_child() -> None:
+    """In the child of ``os.fork()`` (multiprocessing's fork start method, a DataLoader worker), where only the
+    forking thread exists: a switch or hooked import another thread was running never finishes there, and would hold
+    the lock and the gates for good (the child's first AITune call, or its ``unpatch_aitune()``, would wait forever).
+    The child frees them and undoes that switch as the next switch would: it runs in the world from before the
+    switch. A fork made by the switching thread itself (from inside its own switch) leaves the switch to go on."""
+    if LOCK.acquire(blocking=False):  # free, or held by this thread
+        LOCK.release()
+    else:
+        LOCK._at_fork_reinit()  # type: ignore[attr-defined]  # held by a thread that does not exist here
+        GATES.reset_after_fork()
+        JOURNAL.recording = False
+        recover()
+    forget_other_threads_imports()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=after_fork_in_child)
 
 
 def _patch_steps(call_path: bool) -> None:
