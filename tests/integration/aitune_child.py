@@ -804,11 +804,14 @@ def strategies_across_toggle(ait, torch, aitune_fast, workdir) -> dict:
     mlp, _, _ = models()
     out = {}
 
-    def build(tag):
+    class UserModule(ait.Module):  # a user's subclass, defined outside aitune
+        pass
+
+    def build(tag, cls=ait.Module):
         MODULE_REGISTRY.clear()
         sm = sys.modules["aitune.torch.module.sample_metadata"].SampleMetadata  # the class of the world now
         key = sm.from_inputs({"input": torch.randn(2, 16)}, strict=True)
-        return ait.Module(mlp(), f"strategies-{tag}", strategies={key: quick_strategy(ait)})
+        return cls(mlp(), f"strategies-{tag}", strategies={key: quick_strategy(ait)})
 
     def tune(m):  # AITune logs a failed tuning and leaves the module untuned: the keys tell
         ait.tune(m, torch.randn(16), batch_sizes=[1, 2], device="cpu")
@@ -816,12 +819,13 @@ def strategies_across_toggle(ait, torch, aitune_fast, workdir) -> dict:
 
     m = build("stock")  # built unpatched, tuned unpatched: the control
     out["stock"] = checked(tune, m)
-    m = build("before_patch")
-    aitune_fast.patch_aitune()
-    out["before_patch"] = checked(tune, m)
-    m = build("patched")
-    aitune_fast.unpatch_aitune()
-    out["after_unpatch"] = checked(tune, m)
+    for cls, prefix in ((ait.Module, ""), (UserModule, "user_")):  # ait.tune() tunes the registry's one module
+        m = build(f"{prefix}before_patch", cls)
+        aitune_fast.patch_aitune()
+        out[f"{prefix}before_patch"] = checked(tune, m)
+        m = build(f"{prefix}patched", cls)
+        aitune_fast.unpatch_aitune()
+        out[f"{prefix}after_unpatch"] = checked(tune, m)
     return out
 
 

@@ -431,6 +431,10 @@ STRATEGY_CASES = {
     "stock": "aitune.torch.module",
     "before_patch": "aitune_fast",
     "after_unpatch": "aitune.torch.module",
+    # a user's `class UserModule(ait.Module)`: its strategy map is converted too (issue 30 item 4: before, only
+    # objects of classes defined in aitune were looked into, and tune() failed with "missing strategy for graph")
+    "user_before_patch": "aitune_fast",
+    "user_after_unpatch": "aitune.torch.module",
 }
 
 

@@ -104,8 +104,8 @@ def our_object(obj: Any) -> Any:
 def convert_live_objects(to_ours: bool) -> None:
     """Give every metadata that AITune's live objects hold the other world's class (to_ours: aitune_fast's).
 
-    Looks into every object of a class defined in ``aitune`` (tuned, recording and wrapper modules, graph specs,
-    sample stores, kernel profilers, ...) and the dicts, lists and tuples it holds (``_objects.plan_conversion``):
+    Looks into every object of a class defined in ``aitune`` or derived from one (tuned, recording and wrapper
+    modules, graph specs, sample stores, kernel profilers, ..., and users' subclasses of them) and the dicts, lists and tuples it holds (``_objects.plan_conversion``):
     a metadata held as a value is replaced; a dict keyed by metadata gets its items back in their order with the
     keys converted, in one step (no dict ever holds keys of both classes). Every change is planned first (a failure
     there changes nothing), then made through the journal.
@@ -124,12 +124,13 @@ def conversion_plan(to_ours: bool) -> list[Any]:
     skip = tuple(reference[n] for n in _names.CONVERTED if n in reference and n != "ObjectType") + OUR_TYPES
     convert = ours_of if to_ours else reference_of
 
-    def aitunes(cls: type) -> bool:
-        try:
-            module = type.__getattribute__(cls, "__module__")  # not through a metaclass of the user's
+    def aitunes(cls: type) -> bool:  # a class of AITune's, or a user's subclass of one (`class M(ait.Module)`)
+        try:  # not through a metaclass of the user's
+            bases = type.__getattribute__(cls, "__mro__")
+            modules = [type.__getattribute__(base, "__module__") for base in bases]
         except AttributeError:
             return False
-        return isinstance(module, str) and _names.is_aitune(module) and not issubclass(cls, skip)
+        return any(isinstance(m, str) and _names.is_aitune(m) for m in modules) and not issubclass(cls, skip)
 
     attributes = [found for obj in live_instances(aitunes) for found in _instance_dicts(obj)]
     return plan_conversion(attributes, lambda value: isinstance(value, source), convert)[1]
