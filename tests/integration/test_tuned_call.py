@@ -112,3 +112,23 @@ def test_unpatch_restores_stock_call_path(runs, mode):
     assert unpatched["installed"] == ["aitune.torch.module.wrapper_module"] * 3
     if mode == "late":  # the very objects that were there before the patch
         assert unpatched["same_functions"] == [True, True, True] and unpatched["wrapper"] is True
+
+
+def test_wrappers_put_on_aitunes_methods_before_the_patch_keep_running(tmp_path):
+    """A profiler's or tracer's ``functools.wraps`` wrappers on AITune's per-call methods, put there before
+    ``patch_aitune()``: each runs as often patched as stock (issue 30 item 6; before, the call path took the
+    wrappers for stock's code and ran none of them: ``TunedModule.__call__``, ``safe_call_backend``,
+    ``Module._forward`` and ``TorchEagerBackend._infer`` 0 times of 3, ``normalize`` 2 of 6)."""
+    out = run_script(CHILD, "wrapped", str(tmp_path), workdir=tmp_path, timeout=TIMEOUT_S)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    stock, patched = out["stock"], out["patched"]
+    assert stock["counts"] == {
+        "ForwardSignature.normalize": 6,  # stock binds each call twice
+        "Module._forward": 3,
+        "TorchEagerBackend._infer": 3,
+        "TorchEagerBackend.describe": 3,
+        "TunedModule.__call__": 3,
+        "TunedModule.safe_call_backend": 3,
+    }
+    assert patched == stock

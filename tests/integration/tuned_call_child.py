@@ -4,7 +4,9 @@ Run as ``python tuned_call_child.py MODE WORKDIR``; prints one JSON document on 
   stock   stock AITune;
   late    modules tuned (and one loaded from a checkpoint) stock, then ``patch_aitune()``: live modules;
   early   ``patch_aitune()`` before ``import aitune.torch``: modules built under the patch;
-  meta    ``patch_aitune(call_path=False)``: the metadata-only patch.
+  meta    ``patch_aitune(call_path=False)``: the metadata-only patch;
+  wrapped functools.wraps wrappers put on AITune's per-call methods before ``patch_aitune()``: how often each runs
+          over 3 calls, unpatched and patched.
 The transcript records what a user can observe (outputs, hooks, errors, AITune's context seen inside forward and by
 the nvtx and hardware-metrics layers, grad mode); ``late`` and ``early`` also record what the patch put in place,
 toggles under concurrent calls, and what ``unpatch_aitune()`` restored. Needs tests/fixtures/tensorrt_stub on
@@ -156,6 +158,7 @@ def transcript(ait, torch, m, probe, x):
     t["config_changed"] = [record(lambda: m(x)), list(LOG)]
     backend._config.autocast_dtype = None
     t["config_values"] = config_values(m, x, backend)
+    t["describe_replaced"] = describe_replaced(m, x, backend)
     t["grad_on"] = [record(lambda: m(x).detach()), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     with torch.no_grad():
         t["grad_off"] = [record(lambda: m(x)), probe.seen[-1]["grad"], torch.is_grad_enabled()]
@@ -182,6 +185,26 @@ def config_values(m, x, backend):
         record(lambda: m(x))
         logs.append(LOG[0][1] if LOG else None)
     backend._config = stock_config
+    return logs
+
+
+def describe_replaced(m, x, backend):
+    """After calls, the backend's or its config's ``describe`` replaced on the class (as ``mock.patch.object`` does)
+    and put back: each call's nvtx range names what the describe in place says."""
+    backend_cls, config_cls = type(backend), type(backend._config)
+    owner = next(c for c in config_cls.__mro__ if "describe" in vars(c))
+    logs = []
+    for cls, name, replacement in [
+        (backend_cls, "describe", lambda self: "ReplacedBackend()"),
+        (owner, "describe", lambda self: "replaced config"),
+        (owner, "_get_changed_fields", lambda self, *args, **kwargs: ["replaced=1"]),
+    ]:
+        stock = vars(cls)[name]
+        for replaced in (True, False):
+            setattr(cls, name, replacement if replaced else stock)
+            LOG.clear()
+            record(lambda: m(x))
+            logs.append(LOG[0][1] if LOG else None)
     return logs
 
 
@@ -251,7 +274,56 @@ def installed(m):
     return m.__wrapped__.forward._self_wrapper.__func__.__module__
 
 
+WRAPPED = [  # (module, class, method): AITune's per-call steps that a profiler or tracer may wrap
+    ("aitune.torch.module.tuned_module", "TunedModule", "__call__"),
+    ("aitune.torch.module.tuned_module", "TunedModule", "safe_call_backend"),
+    ("aitune.torch.module.wrapper_module", "Module", "_forward"),
+    ("aitune.torch.backend.torch_eager", "TorchEagerBackend", "_infer"),
+    ("aitune.torch.backend.torch_eager", "TorchEagerBackend", "describe"),
+    ("aitune.torch.module.forward_signature", "ForwardSignature", "normalize"),
+]
+
+
+def wrapped(workdir: str) -> dict:
+    """Wrappers (``functools.wraps``, counting their calls) on AITune's per-call methods before the patch: the runs
+    of each over 3 calls of a tuned module, stock and patched."""
+    import functools
+    import importlib
+
+    import aitune.torch as ait
+    import aitune_fast
+    import torch
+
+    counts: dict[str, int] = {}
+
+    def counting(name, function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for module_name, class_name, method in WRAPPED:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        setattr(cls, method, counting(f"{class_name}.{method}", vars(cls)[method]))
+    m, _probe = tune(ait, torch, models(torch), "wrapped")
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for world in ("stock", "patched"):
+        if world == "patched":
+            aitune_fast.patch_aitune()
+        counts.clear()
+        with torch.no_grad():
+            results = [m(x).tolist() for _ in range(3)]
+        out[world] = {"counts": dict(sorted(counts.items())), "results": results}
+    aitune_fast.unpatch_aitune()
+    return out
+
+
 def main(mode: str, workdir: str) -> dict:
+    if mode == "wrapped":
+        return wrapped(workdir)
     if mode == "early":
         import aitune_fast
 

@@ -67,7 +67,7 @@ class _Refs:
     infer: Any = None  # the fast Backend.infer's parts, see _infer_parts
     eager_infer: Any = None  # stock's TorchEagerBackend._infer, which _infer_body runs inline
     eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
-    backend_config: Any = None  # BackendConfig
+    config_functions: Any = None  # BackendConfig's own functions of _CONFIG_FUNCTIONS, as AITune defines them
     grad_enabled: Any = None  # torch.is_grad_enabled
     jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
     jit_restore: Any = None  # stock's PatchedModule._restore_original_forward
@@ -89,6 +89,8 @@ def install_forward(wrapper_module: Any) -> None:
         return
     if REGISTRY.original(module_cls, "_forward") is not None:
         return
+    if not _aitunes_own(attr(module_cls, "_forward"), wrapper_module, "Module._forward"):
+        return  # a wrapper put on it before the patch (a profiler, a decorator): stock's step runs it
     _refs.module_cls = module_cls
     _refs.init_state = state.INIT
     _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
@@ -161,8 +163,11 @@ def install_jit_swap(jit_module: Any) -> None:
     patched_cls = getattr(jit_module, "PatchedModule", None)
     if not isinstance(patched_cls, type) or REGISTRY.original(patched_cls, "_proxy_forward") is not None:
         return
-    if not {"_proxy_forward", "_restore_original_forward"} <= patched_cls.__dict__.keys():
-        return
+    if not all(
+        _aitunes_own(attr(patched_cls, name), jit_module, f"PatchedModule.{name}")
+        for name in ("_proxy_forward", "_restore_original_forward")
+    ):
+        return  # absent, or a wrapper put on it before the patch: stock's swap runs it
     _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
     _refs.jit_decorator = jit_module.wrapt.decorator
     _refs.jit_restore = attr(patched_cls, "_restore_original_forward")
@@ -219,11 +224,15 @@ def install_tuned_call(tuned_module: Any) -> None:
     signature_module = sys.modules.get(_names.FORWARD_SIGNATURE)
     if REGISTRY.original(tuned_cls, "__call__") is not None or Context.obj is None or signature_module is None:
         return
+    if not _aitunes_own(attr(tuned_cls, "__call__"), tuned_module, "TunedModule.__call__"):
+        return  # a wrapper put on it before the patch: stock's call runs it
     _refs.tuned_cls = tuned_cls
     _refs.tuned_module = tuned_module
-    _refs.safe_call = tuned_cls.__dict__["safe_call_backend"]
-    _refs.unique_call = tuned_cls.__dict__["call_unique_backend"]
-    _refs.normalize = signature_module.ForwardSignature.__dict__["normalize"]
+    # each step the fast call takes in place of one of these runs only while the function is AITune's own: a
+    # wrapper put on it before the patch keeps running (_NOT_AITUNES never matches what a call finds)
+    _refs.safe_call = _own(tuned_cls, "safe_call_backend", tuned_module, "TunedModule")
+    _refs.unique_call = _own(tuned_cls, "call_unique_backend", tuned_module, "TunedModule")
+    _refs.normalize = _own(signature_module.ForwardSignature, "normalize", signature_module, "ForwardSignature")
     REGISTRY.replace_function(Layer.CALL_PATH, tuned_cls, "__call__", _tuned_call)
 
 
@@ -476,7 +485,11 @@ def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
 
 _MAX_DESCRIPTIONS = 4096  # backend descriptions kept, by backend class, config class and config values
 _descriptions: dict[tuple, str] = {}
-_describable: dict[tuple[type, type], Any] = {}  # (backend class, config class) -> field getter, or None
+# (backend class, config class) -> (the functions a kept description depends on, as found when it was decided:
+# _watched(); the field getter), or (None, None): describe() runs every call. A decision to keep stands while those
+# functions are the ones the classes hold (a monkeypatch or mock.patch.object of any of them makes it decide again).
+_describable: dict[tuple[type, type], tuple[tuple | None, Any]] = {}
+_CONFIG_FUNCTIONS = ("describe", "_get_changed_fields", "_default_describe_fields", "__post_init__")
 
 
 def _describe(backend: Any) -> str:
@@ -484,14 +497,32 @@ def _describe(backend: Any) -> str:
     ``1`` and ``1.0`` are equal keys but print apart) where that is all it reads: the backend's ``describe`` is
     ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain
     dataclass whose ``describe()`` is ``BackendConfig``'s (a fresh default instance compared field by field),
-    with no ``__post_init__`` and field values of immutable types."""
+    with no ``__post_init__`` and field values of immutable types. The decision is made again when any of the
+    functions it inspected is replaced on its class (:func:`_watched`)."""
     config = getattr(backend, "_config", None)
     kind = (type(backend), type(config))
     if _has_own(backend, "describe"):  # set on the object itself: not what its class says
         return backend.describe()
-    getter = _describable.get(kind, _MISSING)
-    if getter is _MISSING:
-        getter = _describable[kind] = _field_getter(*kind)
+    decided = _describable.get(kind)
+    watched = decided[0] if decided is not None else None
+    backend_cls: Any = kind[0]
+    config_cls: Any = kind[1]
+    try:  # the functions a kept description depends on (_watched) still in place: attribute loads, no call
+        unchanged = watched is None or (
+            backend_cls.describe is watched[0]
+            and config_cls.describe is watched[1]
+            and config_cls._get_changed_fields is watched[2]
+            and config_cls._default_describe_fields is watched[3]
+        )
+    except AttributeError:
+        unchanged = False
+    if decided is None or not unchanged:
+        if decided is not None:  # a function replaced: what was kept under it goes
+            _descriptions.clear()
+        getter = _field_getter(*kind)
+        watched = _watched(*kind) if getter is not None else None
+        decided = _describable[kind] = (watched, getter if watched is not None else None)
+    getter = decided[1]
     if getter is None:
         return backend.describe()
     values = getter(config)
@@ -507,6 +538,26 @@ def _describe(backend: Any) -> str:
     return description
 
 
+def _watched(backend_cls: Any, config_cls: Any) -> tuple | None:
+    """The functions a kept description depends on, as the classes hold them now (None where one is gone): the
+    backend's ``describe`` and the config's three. Not ``__post_init__``: a dataclass's ``__init__`` calls the one its
+    class had when it was made, so one set later changes nothing (and one there then is not kept: _field_getter)."""
+    try:
+        return (
+            backend_cls.describe,
+            config_cls.describe,
+            config_cls._get_changed_fields,
+            config_cls._default_describe_fields,
+        )
+    except AttributeError:
+        return None
+
+
+def _inspected(backend_cls: type, config_cls: type) -> tuple:
+    """The config's functions :func:`_field_getter` compares with BackendConfig's own."""
+    return tuple(getattr(config_cls, name, None) for name in _CONFIG_FUNCTIONS)
+
+
 def _signed_zeros(values: tuple) -> tuple:
     """`values` with each float zero paired with its sign: ``0.0`` and ``-0.0`` are equal keys but print apart."""
     return tuple(
@@ -520,10 +571,9 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
     import dataclasses
     import operator
 
-    base = _refs.backend_config
     describe: Any = getattr(backend_cls, "describe", None)
     template = _refs.eager_describe
-    if base is None or template is None or not dataclasses.is_dataclass(config_cls):
+    if _refs.config_functions is None or template is None or not dataclasses.is_dataclass(config_cls):
         return None
     code = getattr(describe, "__code__", None)
     if (
@@ -537,9 +587,8 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
         )
     ):
         return None
-    for name in ("describe", "_get_changed_fields", "_default_describe_fields", "__post_init__"):
-        if getattr(config_cls, name, None) is not getattr(base, name, None):
-            return None
+    if _inspected(backend_cls, config_cls) != _refs.config_functions:
+        return None
     names = [field.name for field in dataclasses.fields(config_cls)]
     if not names:
         return None
@@ -554,16 +603,43 @@ def learn_eager_infer(eager_module: Any) -> None:
     cls = getattr(eager_module, "TorchEagerBackend", None)
     infer = getattr(cls, "__dict__", {}).get("_infer")
     describe = getattr(cls, "__dict__", {}).get("describe")
-    if getattr(describe, "__qualname__", None) == "TorchEagerBackend.describe":
+    backend_module = sys.modules[_names.BACKEND]
+    config = getattr(backend_module, "BackendConfig", None)
+    config_functions = tuple(getattr(config, name, None) for name in _CONFIG_FUNCTIONS)
+    if (
+        _aitunes_own(describe, eager_module, "TorchEagerBackend.describe")
+        and config_functions[0] is not None
+        and all(f is None or _aitunes_own(f, backend_module, f"BackendConfig.{f.__name__}") for f in config_functions)
+    ):
         _refs.eager_describe = describe
-        _refs.backend_config = sys.modules[_names.BACKEND].BackendConfig
-    if getattr(infer, "__qualname__", None) == "TorchEagerBackend._infer":
+        _refs.config_functions = config_functions
+    if _aitunes_own(infer, eager_module, "TorchEagerBackend._infer"):
         global _IMMUTABLE
         torch = sys.modules["torch"]
         _IMMUTABLE = _IMMUTABLE | {torch.dtype}
         _refs.eager_infer = infer
         _refs.grad_enabled = torch.is_grad_enabled
         _refs.set_grad_enabled = torch._C._set_grad_enabled
+
+
+_NOT_AITUNES = object()  # stands for a function that is not AITune's own: no function found is it
+
+
+def _own(cls: type, name: str, module: Any, class_name: str) -> Any:
+    """``cls.name`` where it is AITune's own function, else :data:`_NOT_AITUNES`."""
+    function = attr(cls, name)
+    return function if _aitunes_own(function, module, f"{class_name}.{name}") else _NOT_AITUNES
+
+
+def _aitunes_own(function: Any, module: Any, qualname: str) -> bool:
+    """Whether `function` is AITune's own `qualname`, defined in `module`'s file: not a wrapper put on it before the
+    patch (``functools.wraps`` copies a function's name, not its code), a mock or a replacement."""
+    code = getattr(function, "__code__", None)
+    return (
+        getattr(function, "__qualname__", None) == qualname
+        and code is not None
+        and code.co_filename == getattr(module, "__file__", None)
+    )
 
 
 def _annotation(parts: _InferParts, message: str) -> Any:

@@ -105,10 +105,10 @@ def convert_live_objects(to_ours: bool) -> None:
     """Give every metadata that AITune's live objects hold the other world's class (to_ours: aitune_fast's).
 
     Looks into every object of a class defined in ``aitune`` or derived from one (tuned, recording and wrapper
-    modules, graph specs, sample stores, kernel profilers, ..., and users' subclasses of them) and the dicts, lists and tuples it holds (``_objects.plan_conversion``):
-    a metadata held as a value is replaced; a dict keyed by metadata gets its items back in their order with the
-    keys converted, in one step (no dict ever holds keys of both classes). Every change is planned first (a failure
-    there changes nothing), then made through the journal.
+    modules, graph specs, sample stores, kernel profilers, ..., and users' subclasses of them) and the dicts, lists
+    and tuples it holds (``_objects.plan_conversion``): a metadata held as a value is replaced; a dict keyed by
+    metadata gets its items back in their order with the keys converted, in one step (no dict ever holds keys of
+    both classes). Every change is planned first (a failure there changes nothing), then made through the journal.
     """
     for edit in conversion_plan(to_ours):
         JOURNAL.apply(edit)
