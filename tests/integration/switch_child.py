@@ -11,6 +11,8 @@ Modes:
   interrupts SEED N  a KeyboardInterrupt at N seeded points of each switch (some twice: in its roll back too)
   random SEED N    switches at seeded random moments while threads record, tune and load, until N went through
                    and N were refused
+  jit              a switch while another thread runs AITune's JIT tuning (``PatchedModule.tune``, held inside its
+                   strategy's tune)
   fork AT          the process forks while another thread is inside ``patch_aitune()`` (AT: "waiting" for a
                    recording call in flight, or "converting" live objects); the child calls AITune and switches
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
@@ -563,6 +565,75 @@ def random_mode(workdir, seed, n):
     }
 
 
+def jit_mode(workdir):
+    """A switch while a JIT-patched module tunes itself in another thread (after the recording call that completed
+    its samples): refused, and every call after it succeeds, as do the switches after it."""
+    ait, torch, aitune_fast, quiescence = setup()
+    from aitune.torch.tune_strategy import OneBackendStrategy
+
+    class MLP(torch.nn.Module):  # not an nn.Sequential: AITune's JIT patcher skips containers
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.a(x)
+
+    ait.jit_config.strategy = quick_strategy(ait)
+    ait.jit_config.min_samples = 2
+    ait.jit_config.device = "cpu"
+    model = ait.patch_for_jit_tuning(lambda: MLP().eval())()
+    # two graphs (inputs of rank 2 and 3), two samples each
+    xs = [
+        torch.randn(*shape, generator=torch.Generator().manual_seed(i))
+        for i, shape in enumerate([(1, 16), (1, 2, 16), (2, 16), (2, 2, 16)])
+    ]
+    gate = Gate()
+    stock_tune = OneBackendStrategy.tune
+    seen = []
+
+    def held_tune(self, *args, **kwargs):
+        seen.append(1)
+        if len(seen) == 2:  # between the two graphs: the first graph's backend is in tune()'s own dict
+            gate.armed = True
+            gate.hold()
+        return stock_tune(self, *args, **kwargs)
+
+    OneBackendStrategy.tune = held_tune
+
+    def first_calls():
+        with torch.no_grad():
+            return [model(x).shape[0] for x in xs]  # the call that completes the samples tunes the module
+
+    caller, call_box = in_thread(first_calls)
+    gate.entered.wait(60)
+    out = {"tuning_held": gate.entered.is_set()}
+    out.update(refused=switch(aitune_fast, True), patched_during=aitune_fast.is_aitune_patched())
+    gate.release.set()
+    caller.join(120)
+    OneBackendStrategy.tune = stock_tune
+    out["call_error"] = call_box.get("error")
+
+    def calls() -> list[str]:
+        errors = []
+        with torch.no_grad():
+            for x in xs:
+                try:
+                    if not torch.allclose(model(x), model.a(x), atol=1e-6):
+                        errors.append("wrong output")
+                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                    errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        return errors
+
+    out["errors_after"] = calls()
+    out["refused_after"] = switch(aitune_fast, True)
+    out["errors_patched"] = calls()
+    out["refused_unpatch"] = switch(aitune_fast, False)
+    out["errors_unpatched"] = calls()
+    return out
+
+
 def fork_mode(workdir, at):
     """Fork while another thread is inside ``patch_aitune()``: the child's AITune calls and switches must return (a
     child that has not reported within CHILD_LIMIT_S is killed and reported as hung)."""
@@ -657,6 +728,7 @@ MODES = {
     "interrupts": interrupts_mode,
     "random": random_mode,
     "fork": fork_mode,
+    "jit": jit_mode,
 }
 
 if __name__ == "__main__":

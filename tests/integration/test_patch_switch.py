@@ -24,6 +24,7 @@ RUNS = {
     "equality": ("equality",),
     "interrupts": ("interrupts", "27", "12"),
     "random": ("random", "27", "6"),
+    "jit": ("jit",),
     "fork_waiting": ("fork", "waiting"),
     "fork_converting": ("fork", "converting"),
 }
@@ -132,3 +133,15 @@ def test_a_process_forked_during_a_switch_runs_in_the_world_before_it(runs, run)
     assert facts["patched"] is True and facts["keys_patched"] == ["ours"] and facts["patched_call_ok"] is True
     assert facts["unpatched"] is True and facts["keys_back"] == ["stock"] and facts["names"] == ["stock"]
     assert out["parent_switch_error"] is None and out["parent_patched"] is True
+
+
+def test_a_switch_during_jit_tuning_is_refused_and_every_call_after_succeeds(runs):
+    """AITune's JIT tuning (``PatchedModule.tune``, run by the recording call that completed the samples) holds
+    metadata in local variables as ``Module.tune`` does. Before: the switch went through, the tuned module held keys
+    of both classes and its calls failed with "No backend found" for good."""
+    out = runs["jit"]
+    assert out["tuning_held"] is True
+    assert out["refused"] is not None and "PatchedModule.tune" in out["refused"], out
+    assert out["patched_during"] is False and out["call_error"] is None
+    assert out["errors_after"] == [] and out["refused_after"] is None and out["errors_patched"] == []
+    assert out["refused_unpatch"] is None and out["errors_unpatched"] == []

@@ -148,3 +148,51 @@ def registry_back() -> None:
             reference_locator.register_user_type(cls, only_tensors=only_tensors)
     for cls in after_ignored - before_ignored:
         reference_locator.ignore_type(cls)
+
+
+def tuning_loops() -> set[Any]:
+    """The code of every loaded AITune function that tunes a module, found by what it does rather than by a list:
+    its code calls AITune's module-tuning span (:data:`_names.TUNING_SPAN`), as ``Module.tune`` and the JIT's
+    ``PatchedModule.tune`` do. Functions of AITune's modules and of the classes they define, decorators unwrapped."""
+    found: set[Any] = set()
+    for name, module in list(sys.modules.items()):
+        if _names.is_aitune(name) and isinstance(module, types.ModuleType):
+            for value in _defined_in(module, name):
+                found.update(code for code in _codes_of(value) if _names.TUNING_SPAN in code.co_names)
+    return found
+
+
+def _defined_in(module: types.ModuleType, name: str) -> list[Any]:
+    """The functions and the classes' attributes that `module` defines itself (not what it imports)."""
+    values: list[Any] = []
+    for value in list(vars(module).values()):
+        if _attribute(value, "__module__") != name:
+            continue
+        if isinstance(value, type):
+            values.extend(list(vars(value).values()))
+        else:
+            values.append(value)
+    return values
+
+
+def _codes_of(value: Any) -> list[Any]:
+    """The code objects of `value` and of the functions it wraps (``__wrapped__``, static and class methods)."""
+    codes = []
+    seen: set[int] = set()
+    while value is not None and id(value) not in seen:
+        seen.add(id(value))
+        value = _attribute(value, "__func__") or value
+        code = _attribute(value, "__code__")
+        if isinstance(code, types.CodeType):
+            codes.append(code)
+        value = _attribute(value, "__wrapped__")
+    return codes
+
+
+def _attribute(value: Any, name: str) -> Any:
+    """``getattr(value, name, None)``, None also where looking it up fails otherwise (an unset proxy, a lazy
+    object): AITune's globals are looked at, not trusted."""
+    try:
+        return getattr(value, name, None)
+    except Exception:  # noqa: BLE001 - any failure of a foreign object's lookup means "not a function of AITune's"
+        return None

@@ -50,6 +50,9 @@ CALL_CODE: tuple[tuple[str, str, str], ...] = (
     (TUNED_MODULE, "TunedModule", "safe_call_backend"),
     (TUNED_MODULE, "TunedModule", "call_unique_backend"),
 )
+# the name every AITune loop that tunes a module calls (the module-tuning span of its report): a function whose
+# code names it is tuning code, refused beside as LONG_CODE is (`Module.tune`, the JIT's `PatchedModule.tune`, ...)
+TUNING_SPAN = "report_module_tune"
 # work that holds metadata in local variables for long (tuning, checkpoint files): a switch refuses while it runs
 LONG_CODE: tuple[tuple[str, str, str], ...] = (
     (TUNING, "", "tune"),

@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from aitune_fast.patch import _call_path, _names
-from aitune_fast.patch._aitune import learn_definitions, registry_back
+from aitune_fast.patch._aitune import learn_definitions, registry_back, tuning_loops
 from aitune_fast.patch._convert import convert_live_objects
 from aitune_fast.patch._journal import JOURNAL, Step
 from aitune_fast.patch._loading import (
@@ -196,7 +196,7 @@ def codes() -> Codes:
                 out.update(code_chain(hit[1]))
         return out
 
-    long = of(_names.LONG_CODE)
+    long = of(_names.LONG_CODE) | tuning_loops()
     own = {code for function in _call_path.CALL_CODE for code in code_chain(function)}
     return Codes(calls=frozenset((of(_names.GATED) | of(_names.CALL_CODE) | own) - long), long=frozenset(long))
 
