@@ -11,6 +11,8 @@ Modes:
   interrupts SEED N  a KeyboardInterrupt at N seeded points of each switch (some twice: in its roll back too)
   random SEED N    switches at seeded random moments while threads record, tune and load, until N went through
                    and N were refused
+  reentry SEED N   AITune called on the switching thread at N seeded points of each switch (as a signal handler, a
+                   finalizer or a weakref callback would): each call runs whole in one world or is refused
   jit              a switch while another thread runs AITune's JIT tuning (``PatchedModule.tune``, held inside its
                    strategy's tune)
   fork AT          the process forks while another thread is inside ``patch_aitune()`` (AT: "waiting" for a
@@ -437,6 +439,93 @@ def interrupts_mode(workdir, seed, n):
     return {"problems": problems[:20], "n_problems": len(problems), "conversion": conversion, **counts}
 
 
+class Everything:
+    def __contains__(self, item) -> bool:
+        return True
+
+
+class Reentry(Injector):
+    """A tracer that, at given line events of the switch's own code, calls `handler()` on the switching thread."""
+
+    def __init__(self, at: set[int], handler) -> None:
+        super().__init__(at)
+        self.handler = handler
+
+    def local(self, frame, event, arg):
+        if event == "line":
+            self.count += 1
+            self.sites.append((os.path.basename(frame.f_code.co_filename), frame.f_lineno))
+            if self.count in self.at:
+                self.handler(self.sites[-1])
+        return self.local
+
+
+def reentry_mode(workdir, seed, n):
+    ait, torch, aitune_fast, quiescence = setup()
+    rng = random.Random(int(seed))
+    tuned, model, xs = two_graph_module(ait, torch)
+    tuned.tune(device="cpu")
+    outcomes: dict[str, int] = {}
+    problems: list[str] = []
+
+    def handler_for(recording, rec_model, rec_xs):
+        def handler(site):
+            for m, mdl, inputs in ((tuned, model, xs), (recording, rec_model, rec_xs)):
+                for x in inputs:
+                    try:
+                        with torch.no_grad():
+                            outcome = "ran" if torch.equal(m(x), mdl(x)) else "wrong output"
+                    except RuntimeError as exc:
+                        refused = "while this thread switches the patch" in str(exc)
+                        outcome = "refused" if refused else f"{type(exc).__name__}: {exc}"[:200]
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                    if outcome not in ("ran", "refused"):
+                        problems.append(f"{site}: {outcome}")
+
+        return handler
+
+    for to_patched in (True, False):
+        target = "ours" if to_patched else "stock"
+
+        def do(to_patched=to_patched):
+            aitune_fast.patch_aitune() if to_patched else aitune_fast.unpatch_aitune()
+
+        def back(to_patched=to_patched):
+            aitune_fast.unpatch_aitune() if to_patched else aitune_fast.patch_aitune()
+
+        if not to_patched:
+            aitune_fast.patch_aitune()  # the switch probed is a real one
+        standing: list[bool] = []  # per line event of the switch: whether its gates stood
+        probe = Reentry(Everything(), lambda site, seen=standing: seen.append(bool(quiescence.GATES.standing)))
+        sys.settrace(probe)
+        try:
+            do()
+        finally:
+            sys.settrace(None)
+        back()
+        firsts: dict[tuple[str, int], int] = {}
+        for index, site in enumerate(probe.sites, 1):
+            firsts.setdefault(site, index)
+        inside = sorted(i for i in firsts.values() if standing[i - 1])  # mostly where a call could go half-switched
+        outside = sorted(i for i in firsts.values() if not standing[i - 1])
+        points = rng.sample(inside, min(int(n), len(inside))) + rng.sample(outside, min(int(n) // 4, len(outside)))
+        for point in sorted(points):
+            recording, rec_model, rec_xs = two_graph_module(ait, torch)
+            injector = Reentry({point}, handler_for(recording, rec_model, rec_xs))
+            sys.settrace(injector)
+            try:
+                do()
+            finally:
+                sys.settrace(None)
+            site = injector.sites[point - 1] if point <= len(injector.sites) else None
+            keys = key_worlds(recording)
+            if keys not in ([], [target]) or name_worlds() != [target]:
+                problems.append(f"{site}: after the switch to {target}: keys {keys}, names {name_worlds()}")
+            problems += [f"{site} (after): {e}" for e in calls_ok(torch, tuned, model, xs)]
+            back()
+    return {"problems": problems[:20], "n_problems": len(problems), "outcomes": outcomes}
+
+
 def interrupted_conversion(aitune_fast, world) -> dict:
     """A KeyboardInterrupt while ``unpatch_aitune()`` converts AITune's metadata back: what is claimed and held
     then, and after a second ``unpatch_aitune()``."""
@@ -729,6 +818,7 @@ MODES = {
     "random": random_mode,
     "fork": fork_mode,
     "jit": jit_mode,
+    "reentry": reentry_mode,
 }
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ RUNS = {
     "interrupts": ("interrupts", "27", "12"),
     "random": ("random", "27", "6"),
     "jit": ("jit",),
+    "reentry": ("reentry", "27", "8"),
     "fork_waiting": ("fork", "waiting"),
     "fork_converting": ("fork", "converting"),
 }
@@ -145,3 +146,14 @@ def test_a_switch_during_jit_tuning_is_refused_and_every_call_after_succeeds(run
     assert out["patched_during"] is False and out["call_error"] is None
     assert out["errors_after"] == [] and out["refused_after"] is None and out["errors_patched"] == []
     assert out["refused_unpatch"] is None and out["errors_unpatched"] == []
+
+
+def test_aitune_called_on_the_switching_thread_runs_whole_or_is_refused(runs):
+    """A signal handler, finalizer or callback calling AITune on the switching thread, at seeded points of each
+    switch (mostly while its gates stand): each call runs in one world with the right output, or is refused with a
+    RuntimeError while the gates stand (before: it passed them and ran in a half-switched world); the switch ends
+    whole, with no key of the other world left."""
+    out = runs["reentry"]
+    assert out["n_problems"] == 0, out["problems"]
+    assert out["outcomes"]["refused"] > 0 and out["outcomes"]["ran"] > 0
+    assert set(out["outcomes"]) == {"ran", "refused"}

@@ -69,6 +69,23 @@ def test_a_call_from_inside_the_code_passes_the_gate():
         GATES.open()
 
 
+def test_a_call_on_the_switching_thread_is_refused_not_run_half_switched():
+    """A signal handler, finalizer or callback that calls AITune in the middle of a switch runs on the switching
+    thread: it cannot wait for the switch (which waits for it), and passing it would run it half-switched."""
+    with LOCK:
+        GATES.close([Entry(Metadata, "call")], frozenset())
+        with pytest.raises(RuntimeError, match="while this thread switches the patch"):
+            Metadata().call(4)
+        GATES.open()
+    assert Metadata().call(5) == "stock 5"
+
+
+def test_an_open_interrupted_before_its_end_leaves_gates_the_switching_thread_opens():
+    GATES.close([Entry(Metadata, "call")], frozenset())
+    GATES.owner = None  # what open() does first, interrupted just after
+    assert Metadata().call(6) == "stock 6" and not GATES.standing
+
+
 def test_gates_an_interrupted_switch_left_standing_are_opened_by_a_waiting_caller():
     GATES.close([Entry(Metadata, "call")], frozenset())
     GATES.owner = -1  # the switch that closed them is gone, the lock free

@@ -6,7 +6,8 @@ A switch (``patch_aitune()`` / ``unpatch_aitune()``) runs under :data:`LOCK` ins
 1. closes the gates (:class:`_Gates`): each entry point of AITune's metadata code (a recording call, a tuned call,
    ``Module.tune``, a checkpoint's keys and files) becomes a function that holds new calls until the switch is over
    and then runs whatever is in place by then. A call already inside that code (its frame is on the thread's stack)
-   passes, so nested calls finish in the world they started in;
+   passes, so nested calls finish in the world they started in; a call on the switching thread itself (a signal
+   handler, a finalizer or a callback that runs in the middle of the switch) is refused with a RuntimeError;
 2. refuses at once (:class:`SwitchRefused`) while another thread tunes or saves or loads a checkpoint (minutes of
    work that holds metadata in local variables), and otherwise waits until no other thread runs AITune's metadata
    code; a call still running after :data:`CALLS_IN_FLIGHT_LIMIT_S` makes the switch refuse;
@@ -113,12 +114,12 @@ class _Gates:
 
     def open(self) -> None:
         """Put back what stands behind each gate and let the callers held there go on (idempotent)."""
+        self.owner = None  # first: an open that is interrupted leaves gates any thread may open
         while self.standing:
             key, gate = next(iter(self.standing.items()))
             if vars(gate.entry.owner).get(gate.entry.attribute) is gate.installed:
                 setattr(gate.entry.owner, gate.entry.attribute, gate.under)
             del self.standing[key]
-        self.owner = None
         with self.cond:
             self.cond.notify_all()
 
@@ -128,9 +129,17 @@ class _Gates:
         self.owner = None
 
     def wait(self, caller_frame: Any) -> None:
-        """Hold a caller from outside AITune's metadata code until the gates open."""
+        """Hold a caller from outside AITune's metadata code until the gates open; refuse one on the switching
+        thread itself (a signal handler, a finalizer, a callback run in the middle of the switch), which would run
+        in a half-switched world and cannot wait for a switch that waits for it."""
         me = threading.get_ident()
-        while self.standing and self.owner != me and not _on_stack(caller_frame, self.pass_codes):
+        if self.owner == me and self.standing:
+            raise RuntimeError(
+                "aitune_fast: an AITune call was made while this thread switches the patch (from a signal handler, "
+                "a finalizer or a callback run in the middle of patch_aitune() or unpatch_aitune()); it is refused "
+                "rather than run half-switched. Make the call after the switch returns."
+            )
+        while self.standing and not _on_stack(caller_frame, self.pass_codes):
             with self.cond:
                 self.cond.wait(_WAITER_POLL_S)
             if self.standing and LOCK.acquire(blocking=False):
