@@ -896,11 +896,14 @@ def test_errors_say_where():
     text = BASE.to_json()
     bad = text.replace('"min_shape":[2,3]', '"min_shape":[2,"3"]')
     with pytest.raises(
-        ValueError, match=r"tensor_data\[0\]: min_shape: expected an integer, found a string \(line 1 column \d+"
+        ValueError,
+        match=r"tensor_data\[0\]: min_shape: expected an integer, found a string: line 1 column \d+ \(char \d+\)",
     ):
         SM.from_json(bad)
     pretty = json.dumps(json.loads(text), indent=2).replace('"version": 1', '"version": 7')
-    with pytest.raises(ValueError, match=r"unsupported version 7: this aitune_fast reads version 1 \(line 3 column 14"):
+    with pytest.raises(
+        ValueError, match=r"unsupported version 7: this aitune_fast reads version 1: line 3 column 14 \(char"
+    ):
         SM.from_json(pretty)
 
 
@@ -914,11 +917,6 @@ def test_key_order_does_not_matter_and_version_is_checked_first():
     reordered["tensor_data"][0]["shape"] = "garbage"
     with pytest.raises(ValueError, match="unsupported version 3"):
         SM.from_json(json.dumps(reordered))
-
-
-def test_from_json_takes_str_only():
-    with pytest.raises(TypeError):
-        SM.from_json(BASE.to_json().encode())
 
 
 @pytest.mark.parametrize("tail", ["ascii", "non_ascii"])
