@@ -53,7 +53,7 @@ def test_to_json_dict_output_names_to_json_as_the_writer_from_json_reads():
 
 def test_positions_are_characters_of_the_text_with_line_and_column():
     text = json.dumps(json.loads(MD.to_json()), indent=2, ensure_ascii=False)
-    bad = text.replace('"version": 1', '"version": 7')
+    bad = text.replace('"version": 2', '"version": 7')
     e = decode_error(bad)
     assert "unsupported version 7" in e.msg
     at = bad.index("7,")

@@ -7,7 +7,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 use crate::codec::error::{CodecError, CodecResult};
 
 use crate::codec::format::{
-    CLASSES, FORMAT as FORMAT_FULL, FORMAT_OTHERS, FORMAT_TENSORS, VERSION,
+    CLASSES, FORMAT as FORMAT_FULL, FORMAT_OTHERS, FORMAT_TENSORS, JSON_VERSION, VERSION,
 };
 use crate::codec::syntax::read::{JNum, Parser, Tok};
 use crate::metadata::SampleMetadata;
@@ -204,7 +204,7 @@ pub(super) fn read_doc<'py>(
         let vat = p.pos;
         match i {
             key::FORMAT => format_ok = read_format(p, layout.format)?,
-            key::VERSION => version_ok = read_version(p)?,
+            key::VERSION => version_ok = read_version(p, doc)?,
             key::IS_OUTPUT => info.is_output = p.boolean()?,
             key::STRICT => info.strict = p.boolean()?,
             key::LLM_PHASE => info.llm_phase = read_llm_phase(py, p)?,
@@ -271,8 +271,14 @@ fn read_format(p: &mut Parser<'_>, expected: &str) -> CodecResult<bool> {
     ))
 }
 
-/// The `version` key's value, which must be `VERSION`; `Ok(true)` when it is.
-fn read_version(p: &mut Parser<'_>) -> CodecResult<bool> {
+/// The `version` key's value, which must be one `doc` reads (`to_json`'s 1 to `JSON_VERSION`,
+/// the parts' `VERSION`); `Ok(true)` when it is.
+fn read_version(p: &mut Parser<'_>, doc: Doc) -> CodecResult<bool> {
+    let newest = if doc == Doc::Full {
+        JSON_VERSION
+    } else {
+        VERSION
+    };
     let vat = p.pos;
     let v = match p.peek()? {
         Tok::Num => p.number()?,
@@ -284,10 +290,17 @@ fn read_version(p: &mut Parser<'_>) -> CodecResult<bool> {
         }
     };
     match v {
-        JNum::Int(VERSION) => Ok(true),
+        JNum::Int(n) if (1..=newest).contains(&n) => Ok(true),
         JNum::Int(n) => Err(CodecError::invalid_at(
             vat,
-            format!("unsupported version {n}: this aitune_fast reads version {VERSION}"),
+            format!(
+                "unsupported version {n}: this aitune_fast reads {}",
+                if newest == 1 {
+                    "version 1".to_owned()
+                } else {
+                    format!("versions 1 to {newest}")
+                }
+            ),
         )),
         _ => Err(CodecError::invalid_at(vat, "version is an integer")),
     }
