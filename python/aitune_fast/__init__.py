@@ -14,6 +14,7 @@ from aitune_fast import _core
 from aitune_fast._config import config
 from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, TensorSpec
 from aitune_fast._enums import InfoLevel, ObjectType
+from aitune_fast._errors import MetadataDecodeError
 from aitune_fast._helpers import batch_tensor
 from aitune_fast._version import __version__ as __version__  # written once, in Cargo.toml
 from aitune_fast.global_context import BATCH_SIZE_KEY, global_context
@@ -79,6 +80,7 @@ __all__ = [
     "ExactSampleMetadata",
     "InfoLevel",
     "Locator",
+    "MetadataDecodeError",
     "ObjectType",
     "RuntimeInfo",
     "SampleMetadata",

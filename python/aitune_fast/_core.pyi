@@ -273,9 +273,11 @@ class SampleMetadata:
         needs (see `from_json`), and for an `ExactSampleMetadata` its class.
         """
     @staticmethod
-    def from_json(text: str) -> SampleMetadata:
-        """Rebuild metadata from `to_json()` text: a `SampleMetadata`, or an `ExactSampleMetadata`
-        where the document says it was one (whichever class this is called on).
+    def from_json(text: str | bytes | bytearray | memoryview) -> SampleMetadata:
+        """Rebuild metadata from `to_json()` text (a `str`, or its UTF-8 as `bytes`, `bytearray` or
+        `memoryview`): a `SampleMetadata`, or an `ExactSampleMetadata` where the document says it
+        was one (whichever class this is called on). Text it cannot read raises
+        `aitune_fast.MetadataDecodeError`, a `json.JSONDecodeError` with its position.
         """
     def describe(self, info_level: InfoLevel | None = None) -> str:
         """A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.

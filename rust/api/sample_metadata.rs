@@ -396,10 +396,12 @@ impl SampleMetadata {
         encode::to_json(slf.py(), &*slf.try_borrow()?, exact)
     }
 
-    /// Rebuild metadata from `to_json()` text: a `SampleMetadata`, or an `ExactSampleMetadata`
-    /// where the document says it was one (whichever class this is called on).
+    /// Rebuild metadata from `to_json()` text (a `str`, or its UTF-8 as `bytes`, `bytearray` or
+    /// `memoryview`): a `SampleMetadata`, or an `ExactSampleMetadata` where the document says it
+    /// was one (whichever class this is called on). Text it cannot read raises
+    /// `aitune_fast.MetadataDecodeError`, a `json.JSONDecodeError` with its position.
     #[staticmethod]
-    fn from_json(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
+    fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let (md, exact) = decode::from_json(py, text)?;
         of_class(py, md, exact)
     }

@@ -11,6 +11,8 @@ use std::borrow::Cow;
 
 use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyString, PyType};
 use pyo3::PyTypeInfo;
 
 use super::syntax::read::{line_column, JsonError};
@@ -185,6 +187,39 @@ impl CodecError {
         })
     }
 
+    /// The Python exception `from_json` raises for this error in `doc` (the text read, `src` its
+    /// UTF-8): a refusal that is a `ValueError` becomes an `aitune_fast.MetadataDecodeError` (a
+    /// `json.JSONDecodeError`) saying `what`, the entry and the message, placed at the character
+    /// of `doc` where it was found (its start when nowhere in particular); anything else is
+    /// [`CodecError::into_pyerr`].
+    #[cold]
+    pub fn into_decode_error(
+        self,
+        py: Python<'_>,
+        what: &str,
+        doc: &Bound<'_, PyString>,
+        src: &[u8],
+    ) -> PyErr {
+        let r = match self {
+            CodecError::Refused(r) if r.kind == Kind::Value => r,
+            other => return other.into_pyerr(py),
+        };
+        let entry = match r.entry {
+            Some((list, i)) => format!("{list}[{i}]: "),
+            None => String::new(),
+        };
+        let msg = format!("{what}: {entry}{}", r.msg);
+        let pos = char_offset(src, r.pos.unwrap_or(0));
+        let e = match decode_error_class(py).and_then(|c| c.call1((msg, doc, pos))) {
+            Ok(e) => PyErr::from_value(e),
+            Err(e) => return e,
+        };
+        if r.cause.is_some() {
+            e.set_cause(py, r.cause);
+        }
+        e
+    }
+
     /// The Python exception: the one place a codec error becomes one, where Python called the
     /// codec (a refusal still placed in a text should have been [`CodecError::locate`]d).
     #[cold]
@@ -204,6 +239,21 @@ impl CodecError {
         }
         e
     }
+}
+
+/// The number of characters in the first `pos` bytes of UTF-8 text `src` (all of it when
+/// shorter): a byte offset as a Python string index.
+pub fn char_offset(src: &[u8], pos: usize) -> usize {
+    src[..pos.min(src.len())]
+        .iter()
+        .filter(|&&b| b & 0xC0 != 0x80)
+        .count()
+}
+
+/// `aitune_fast.MetadataDecodeError`, looked up once.
+fn decode_error_class(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    CLASS.import(py, "aitune_fast._errors", "MetadataDecodeError")
 }
 
 #[cfg(test)]
@@ -266,6 +316,17 @@ mod tests {
                 .into_pyerr(py);
             assert_eq!(message(py, &e), "w: cut (line 1 column 3, byte 2)");
         });
+    }
+
+    #[test]
+    fn byte_offsets_become_character_offsets() {
+        let src = "a\u{e9}\u{20ac}b".as_bytes(); // 1 + 2 + 3 + 1 bytes
+        assert_eq!(char_offset(src, 0), 0);
+        assert_eq!(char_offset(src, 1), 1);
+        assert_eq!(char_offset(src, 3), 2);
+        assert_eq!(char_offset(src, 6), 3);
+        assert_eq!(char_offset(src, 7), 4);
+        assert_eq!(char_offset(src, 99), 4);
     }
 
     #[test]

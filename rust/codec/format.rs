@@ -1,16 +1,16 @@
 //! The formats: versioned, pickle-free encodings of a metadata, written by `encode` and read by
 //! `decode`: `to_json`/`from_json` and `to_dict`/`from_dict`.
 //!
-//! # `to_json()`: format `"aitune_fast.sample_metadata"`, version 1
+//! # `to_json()`: format `"aitune_fast.sample_metadata"`, version 2
 //!
 //! One JSON object (the schema ships as `aitune_fast/schema/sample_metadata.schema.json`):
 //!
 //! ```text
-//! {"format": "aitune_fast.sample_metadata", "version": 1, "class"?: "ExactSampleMetadata",
+//! {"format": "aitune_fast.sample_metadata", "version": 2, "class"?: "ExactSampleMetadata",
 //!  "strict": bool, "llm_phase": str|null, "is_output": bool,
 //!  "tensor_data": [{"locator": STEPS, "access_path": str, "semantic_path": LOSSY,
 //!                   "shape": [int|str], "min_shape": [int], "max_shape": [int],
-//!                   "dtype": "torch.<name>"|null, "bs_multipliers": [number], "is_output"?: bool}],
+//!                   "dtype": "torch.<name>"|null, "bs_multipliers": [number|null], "is_output"?: bool}],
 //!  "other_data":  [{"locator": STEPS, "access_path": str, "semantic_path": LOSSY,
 //!                   "exact_value": EXACT, "value": LOSSY, "is_output"?: bool}]}
 //! ```
@@ -18,7 +18,7 @@
 //! `access_path`, `semantic_path`, `value`, `shape`, `min_shape`, `max_shape`, `dtype`, `strict` and
 //! `llm_phase` hold what `json.dumps(md.to_json_dict())` holds. The rest makes the round trip exact:
 //! `STEPS` is the locator as `[[accessor, object_type], ...]` (object types 0 to 3, accessors as
-//! `EXACT` values), `bs_multipliers` the batch-size multipliers (`NaN` included), `exact_value` the
+//! `EXACT` values), `bs_multipliers` the batch-size multipliers (`null`: unknown), `exact_value` the
 //! other value, and `is_output` whether locators point into outputs (per entry only where an entry
 //! differs from the document). `access_path`, `semantic_path` and `value` are derived, and checked
 //! only for syntax (and `access_path` for being a string) on reading. `class` names the class that
@@ -27,11 +27,19 @@
 //! existed); `from_json` and `from_dict` return that class, whichever class they are called on (a
 //! document never names a user's class: making one would need pickle's trust).
 //!
-//! `EXACT` values: `null`, `true`/`false`, integers (any size), floats (always with `.`, `e`, or
-//! one of `NaN`, `Infinity`, `-Infinity`), strings, arrays (lists), objects (dicts whose keys are
-//! all strings not starting with `$`), and one-key tagged objects: `{"$tuple": [...]}`,
-//! `{"$set": [...]}`, `{"$frozenset": [...]}`, `{"$dict": [[key, value], ...]}` (any other dict),
-//! `{"$bytes": "hex"}`, `{"$complex": [real, imag]}`, `{"$dtype": "torch.<name>"}`.
+//! `EXACT` values: `null`, `true`/`false`, integers (any size), finite floats (always with `.` or
+//! `e`), strings, arrays (lists), objects (dicts whose keys are all strings not starting with
+//! `$`), and one-key tagged objects: `{"$tuple": [...]}`, `{"$set": [...]}`, `{"$frozenset":
+//! [...]}`, `{"$dict": [[key, value], ...]}` (any other dict), `{"$bytes": "hex"}`, `{"$complex":
+//! [real, imag]}`, `{"$dtype": "torch.<name>"}`, `{"$float": "nan"|"inf"|"-inf"}` (a float that
+//! is not finite, also as a part of `$complex` and as a multiplier).
+//!
+//! The text is RFC 8259 JSON: no `NaN`/`Infinity` tokens. The LOSSY `value` and `semantic_path`
+//! write a float that is not finite as the string `"NaN"`, `"Infinity"` or `"-Infinity"` (where
+//! `json.dumps(md.to_json_dict())` writes the bare token).
+//!
+//! Version 1 (written before) differs only there: it wrote floats that are not finite as the
+//! tokens `NaN`, `Infinity` and `-Infinity` everywhere; `from_json` reads it too.
 //!
 //! # `to_dict()`
 //!
@@ -64,6 +72,10 @@
 pub const FORMAT: &str = "aitune_fast.sample_metadata";
 pub const FORMAT_TENSORS: &str = "aitune_fast.sample_metadata.tensor_data";
 pub const FORMAT_OTHERS: &str = "aitune_fast.sample_metadata.other_data";
+/// The version `to_json()` writes (2: RFC 8259 JSON, no `NaN`/`Infinity` tokens); `from_json`
+/// reads versions 1 to this one.
+pub const JSON_VERSION: i64 = 2;
+/// The version of the `to_dict()` parts (written and read).
 pub const VERSION: i64 = 1;
 /// The values of the optional `class` key: the class that wrote the document (written only for
 /// `ExactSampleMetadata`; absent means `SampleMetadata`).

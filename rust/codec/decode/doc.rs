@@ -1,11 +1,13 @@
 //! A whole document of any of the three formats, and `from_json`.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 
 use crate::codec::error::{CodecError, CodecResult};
 
 use crate::codec::format::{
-    CLASSES, FORMAT as FORMAT_FULL, FORMAT_OTHERS, FORMAT_TENSORS, VERSION,
+    CLASSES, FORMAT as FORMAT_FULL, FORMAT_OTHERS, FORMAT_TENSORS, JSON_VERSION, VERSION,
 };
 use crate::codec::syntax::read::{JNum, Parser, Tok};
 use crate::metadata::SampleMetadata;
@@ -176,8 +178,14 @@ pub(super) fn read_doc<'py>(
     let top = p.pos;
     if p.peek()? != Tok::Obj {
         let t = p.peek()?;
+        let at = p.pos;
+        // text that is no JSON value at all is said to be so, rather than named by its first byte
+        if !matches!(t, Tok::Arr) {
+            p.skip()
+                .map_err(|e| CodecError::from(e).prefixed("the text is not JSON"))?;
+        }
         return Err(CodecError::invalid_at(
-            p.pos,
+            at,
             format!("expected an object, found {}", t.name()),
         ));
     }
@@ -196,7 +204,7 @@ pub(super) fn read_doc<'py>(
         let vat = p.pos;
         match i {
             key::FORMAT => format_ok = read_format(p, layout.format)?,
-            key::VERSION => version_ok = read_version(p)?,
+            key::VERSION => version_ok = read_version(p, doc)?,
             key::IS_OUTPUT => info.is_output = p.boolean()?,
             key::STRICT => info.strict = p.boolean()?,
             key::LLM_PHASE => info.llm_phase = read_llm_phase(py, p)?,
@@ -217,6 +225,13 @@ pub(super) fn read_doc<'py>(
         }
     }
     p.end()?;
+    if doc == Doc::Full && seen & (1 << key::FORMAT) == 0 {
+        return Err(CodecError::invalid_at(
+            top,
+            "missing key \"format\": not a document of to_json(), the writer from_json reads \
+             (to_json_dict() output is for display and cannot be read back)",
+        ));
+    }
     check_required(top, &DOC_KEYS, seen, layout.required)?;
     deferred.sort_by_key(|&(_, i)| !layout.tables.contains(&i));
     for (pos, i) in deferred {
@@ -256,8 +271,14 @@ fn read_format(p: &mut Parser<'_>, expected: &str) -> CodecResult<bool> {
     ))
 }
 
-/// The `version` key's value, which must be `VERSION`; `Ok(true)` when it is.
-fn read_version(p: &mut Parser<'_>) -> CodecResult<bool> {
+/// The `version` key's value, which must be one `doc` reads (`to_json`'s 1 to `JSON_VERSION`,
+/// the parts' `VERSION`); `Ok(true)` when it is.
+fn read_version(p: &mut Parser<'_>, doc: Doc) -> CodecResult<bool> {
+    let newest = if doc == Doc::Full {
+        JSON_VERSION
+    } else {
+        VERSION
+    };
     let vat = p.pos;
     let v = match p.peek()? {
         Tok::Num => p.number()?,
@@ -269,10 +290,17 @@ fn read_version(p: &mut Parser<'_>) -> CodecResult<bool> {
         }
     };
     match v {
-        JNum::Int(VERSION) => Ok(true),
+        JNum::Int(n) if (1..=newest).contains(&n) => Ok(true),
         JNum::Int(n) => Err(CodecError::invalid_at(
             vat,
-            format!("unsupported version {n}: this aitune_fast reads version {VERSION}"),
+            format!(
+                "unsupported version {n}: this aitune_fast reads {}",
+                if newest == 1 {
+                    "version 1".to_owned()
+                } else {
+                    format!("versions 1 to {newest}")
+                }
+            ),
         )),
         _ => Err(CodecError::invalid_at(vat, "version is an integer")),
     }
@@ -317,15 +345,53 @@ fn read_class(p: &mut Parser<'_>) -> CodecResult<bool> {
     }
 }
 
+/// `from_json`'s text as UTF-8: a `str`, or the bytes of a `bytes`, `bytearray` or `memoryview`
+/// (copied: nothing else holds on to them while they are read), and the `str` errors report as
+/// `doc`.
+fn text_of<'py>(text: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyString>, Option<Vec<u8>>)> {
+    let py = text.py();
+    if let Ok(s) = text.cast::<PyString>() {
+        return Ok((s.clone(), None));
+    }
+    let bytes: Vec<u8> = if let Ok(b) = text.cast::<PyBytes>() {
+        b.as_bytes().to_vec()
+    } else if text.is_instance_of::<PyByteArray>() || text.is_instance_of::<PyMemoryView>() {
+        py.get_type::<PyBytes>()
+            .call1((text,))?
+            .cast_into::<PyBytes>()?
+            .as_bytes()
+            .to_vec()
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "SampleMetadata.from_json takes str, bytes, bytearray or memoryview (UTF-8 text of \
+             to_json()), not {}",
+            text.get_type().name()?
+        )));
+    };
+    let doc = PyString::new(py, &String::from_utf8_lossy(&bytes));
+    Ok((doc, Some(bytes)))
+}
+
 /// `from_json`: the metadata, and whether the document was written by an `ExactSampleMetadata`.
-pub fn from_json(py: Python<'_>, text: &str) -> PyResult<(SampleMetadata, bool)> {
+pub fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_json";
+    let (doc, bytes) = text_of(text)?;
+    let src: &[u8] = match &bytes {
+        Some(b) => b,
+        None => doc.to_str()?.as_bytes(),
+    };
     let read = || {
-        let mut p = Parser::new(text.as_bytes(), true);
+        if let Some(Err(e)) = bytes.as_deref().map(std::str::from_utf8) {
+            return Err(CodecError::invalid_at(
+                e.valid_up_to(),
+                "the bytes are not UTF-8 text (to_json() writes str; encode it as UTF-8)",
+            ));
+        }
+        let mut p = Parser::new(src, true);
         let mut b = Build::new(py, WHAT);
-        let info = read_doc(py, &mut p, &mut b, Doc::Full).map_err(|e| e.locate(WHAT, p.src))?;
+        let info = read_doc(py, &mut p, &mut b, Doc::Full)?;
         let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;
         Ok((md, info.exact))
     };
-    read().map_err(|e: CodecError| e.into_pyerr(py))
+    read().map_err(|e: CodecError| e.into_decode_error(py, WHAT, &doc, src))
 }

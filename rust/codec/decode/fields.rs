@@ -34,7 +34,13 @@ pub(super) fn read_floats(p: &mut Parser<'_>, out: &mut Vec<f64>) -> CodecResult
     p.arr_begin()?;
     let mut first = true;
     while p.arr_next(&mut first)? {
-        out.push(read_float(p, "bs_multipliers")?);
+        // null: unknown (version 2 of to_json)
+        out.push(if p.peek()? == Tok::Null {
+            p.null()?;
+            f64::NAN
+        } else {
+            read_float(p, "bs_multipliers")?
+        });
     }
     Ok(())
 }
@@ -154,4 +160,40 @@ pub(super) fn check_required(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn floats(text: &str) -> CodecResult<Vec<f64>> {
+        let mut p = Parser::new(text.as_bytes(), true);
+        let mut out = Vec::new();
+        read_floats(&mut p, &mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn multipliers_read_numbers_null_tagged_floats_and_version_1_tokens() {
+        let v = floats(r#"[1.5, null, {"$float": "inf"}, {"$float":"-inf"}, {"$float":"nan"}, 2]"#)
+            .unwrap_or_else(|_| panic!("read"));
+        assert_eq!(v[0], 1.5);
+        assert!(v[1].is_nan() && v[4].is_nan());
+        assert_eq!((v[2], v[3], v[5]), (f64::INFINITY, f64::NEG_INFINITY, 2.0));
+        let old = floats("[NaN, Infinity, -Infinity]").unwrap_or_else(|_| panic!("read"));
+        assert!(old[0].is_nan() && old[1] == f64::INFINITY && old[2] == f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn multipliers_refuse_other_objects_and_tags() {
+        for bad in [
+            r#"[{"$float": "NaN"}]"#,
+            r#"[{"$float": 1}]"#,
+            r#"[{"$int": "1"}]"#,
+            r#"[{"$float": "nan", "x": 1}]"#,
+            r#"["nan"]"#,
+        ] {
+            assert!(floats(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -95,6 +95,7 @@ fn read_tagged<'py>(
         "$bytes" => read_bytes(py, p, vat),
         "$complex" => read_complex(py, p, vat),
         "$dtype" => read_dtype_tag(py, p, vat),
+        "$float" => Ok(PyFloat::new(py, read_float_tag(p, vat)?).into_any()),
         _ => Err(CodecError::invalid_at(kat, format!("unknown tag {tag:?}"))),
     }
 }
@@ -279,9 +280,56 @@ fn read_plain_dict<'py>(
     Ok(d.into_any())
 }
 
+/// A `$float`'s value (at `vat`): `"nan"`, `"inf"` or `"-inf"`.
+fn read_float_tag(p: &mut Parser<'_>, vat: usize) -> CodecResult<f64> {
+    let name = match p.peek()? {
+        Tok::Str => p.string()?,
+        t => {
+            return Err(CodecError::invalid_at(
+                vat,
+                format!("$float holds a string, found {}", t.name()),
+            ))
+        }
+    };
+    match name.as_str() {
+        Some("nan") => Ok(f64::NAN),
+        Some("inf") => Ok(f64::INFINITY),
+        Some("-inf") => Ok(f64::NEG_INFINITY),
+        _ => Err(CodecError::invalid_at(
+            vat,
+            format!(
+                "$float holds \"nan\", \"inf\" or \"-inf\", found {}",
+                name.show()
+            ),
+        )),
+    }
+}
+
+/// A float that is a number or a `{"$float": ...}` (what `to_json` writes for one that is not
+/// finite).
 pub(super) fn read_float(p: &mut Parser<'_>, what: &str) -> CodecResult<f64> {
     let at = p.pos;
     match p.peek()? {
+        Tok::Obj => {
+            p.obj_begin()?;
+            let mut first = true;
+            let tagged = match p.obj_next(&mut first)? {
+                Some((_, key)) if key.is("$float") => read_float_tag(p, p.pos)?,
+                _ => {
+                    return Err(CodecError::invalid_at(
+                        at,
+                        format!("{what} holds numbers, found an object"),
+                    ))
+                }
+            };
+            if p.obj_next(&mut first)?.is_some() {
+                return Err(CodecError::invalid_at(
+                    at,
+                    "a $float object has no other keys",
+                ));
+            }
+            Ok(tagged)
+        }
         Tok::Num => match p.number()? {
             JNum::Int(v) => Ok(v as f64),
             JNum::BigInt(d) => d

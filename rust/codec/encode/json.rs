@@ -6,7 +6,7 @@ use pyo3::types::PyString;
 use crate::codec::error::{CodecError, CodecResult};
 
 use super::sink::{StrSink, CHUNK};
-use crate::codec::format::FORMAT;
+use crate::codec::format::{FORMAT, JSON_VERSION};
 use crate::metadata::{Loc, Part, SampleMetadata, View};
 use crate::paths::{Arena, DisplayCache, ROOT};
 use crate::tensor_spec::multiplier;
@@ -43,7 +43,10 @@ fn write_json<'py>(
     };
     e.out.push_str("{\"format\":\"");
     e.out.push_str(FORMAT);
-    e.out.push_str("\",\"version\":1,");
+    e.out.push_str("\",\"version\":");
+    e.out.push_str(&JSON_VERSION.to_string());
+    e.out.push(',');
+    e.standard = true;
     if exact {
         e.out.push_str(EXACT_CLASS);
     }

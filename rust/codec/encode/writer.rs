@@ -41,6 +41,17 @@ pub(super) fn write_text(out: &mut String, t: &Text) -> CodecResult<()> {
     Ok(())
 }
 
+/// The `$float` tag's name of a float that is not finite: `nan`, `inf` or `-inf`.
+pub(crate) fn nonfinite_name(v: f64) -> &'static str {
+    if v.is_nan() {
+        "nan"
+    } else if v > 0.0 {
+        "inf"
+    } else {
+        "-inf"
+    }
+}
+
 fn pair_error() -> CodecError {
     CodecError::value(
         "a string holds a high surrogate followed by a low one as two code points, \
@@ -68,6 +79,9 @@ pub(super) struct Enc<'py> {
     pub(super) prefix: Prefix,
     /// where `out` goes once it holds a chunk (`to_json`); `None` keeps everything in `out`
     pub(super) sink: Option<StrSink<'py>>,
+    /// RFC 8259 JSON (`to_json`): floats that are not finite are tagged, `null` or strings (see
+    /// `format`); else (`to_dict`'s parts) the `NaN`/`Infinity`/`-Infinity` tokens
+    pub(super) standard: bool,
 }
 
 /// The text of the parent steps shared by consecutive `to_json` entries.
@@ -97,6 +111,7 @@ impl<'py> Enc<'py> {
             depth: 0,
             prefix: Prefix::default(),
             sink: None,
+            standard: false,
         }
     }
 
@@ -199,6 +214,14 @@ impl<'py> Enc<'py> {
     /// `float.__repr__` (or a JSON float token): Rust's shortest digits, or Python's own where the
     /// two could break a tie differently.
     pub(super) fn float(&mut self, v: f64) {
+        if self.standard && !v.is_finite() {
+            self.out.push_str(match nonfinite_name(v) {
+                "nan" => "{\"$float\":\"nan\"}",
+                "inf" => "{\"$float\":\"inf\"}",
+                _ => "{\"$float\":\"-inf\"}",
+            });
+            return;
+        }
         let start = self.out.len();
         jt::write_f64(&mut self.out, v, &mut self.scratch);
         if v.is_finite() && v != 0.0 && jt::shortest_is_ambiguous(&self.scratch) {
@@ -373,6 +396,22 @@ impl<'py> Enc<'py> {
 
     /// What `json.dumps(json_serialize(v))` writes, for a value `exact` accepted.
     pub(super) fn lossy(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
+        if self.standard {
+            if let Ok(f) = v.cast_exact::<PyFloat>() {
+                let f = f.value();
+                if !f.is_finite() {
+                    // the token json.dumps writes, as a string
+                    self.out.push_str(if f.is_nan() {
+                        "\"NaN\""
+                    } else if f > 0.0 {
+                        "\"Infinity\""
+                    } else {
+                        "\"-Infinity\""
+                    });
+                    return Ok(());
+                }
+            }
+        }
         if v.is_none()
             || v.is_exact_instance_of::<PyBool>()
             || v.is_exact_instance_of::<PyInt>()
@@ -518,7 +557,11 @@ impl<'py> Enc<'py> {
             if i > 0 {
                 self.out.push(',');
             }
-            self.float(x);
+            if self.standard && x.is_nan() {
+                self.out.push_str("null"); // an unknown multiplier
+            } else {
+                self.float(x);
+            }
         }
         self.out.push(']');
     }
