@@ -102,3 +102,15 @@ def test_keyword_names_are_quoted_not_evaluated(signature_of):
     _, call_kwargs, arguments = binder(args, kwargs)
     assert list(call_kwargs) == list(names) and list(arguments["extra"]) == list(names)
     assert inspect.isfunction(binder)
+
+
+def test_a_shape_is_compiled_when_it_repeats_not_on_its_first_call(signature_of, monkeypatch):
+    """A call shape's first call binds as stock does (no binder): compiling costs more than one stock bind, so calls
+    whose keyword names are new every time would be slower than stock's. Its second call compiles it."""
+    signature = signature_of(f_varkw)
+    monkeypatch.setattr(_call_path._refs, "normalize", type(signature).normalize)
+    args, kwargs = (1,), {"mask": 2}
+    assert _call_path._binder(signature, args, kwargs) is None  # first call: stock's bind
+    binder = _call_path._binder(signature, args, kwargs)
+    assert binder is not None and _call_path._binder(signature, args, kwargs) is binder
+    assert _call_path._binder(signature, args, {"other": 3}) is None  # a new shape: stock's bind again

@@ -11,8 +11,9 @@ enabled:
   ``_forward`` (wrapt captured the bound method, so the class attribute alone reaches only modules built later):
   the same swap, written straight into the wrapped module's ``__dict__`` when its class keeps
   ``nn.Module.__setattr__`` (the hook dicts are still replaced by copies each call, as stock does);
-* ``TunedModule.__call__``: each call shape (number of positional arguments, keyword names) of a forward signature is
-  bound once with ``ForwardSignature.normalize`` on placeholders, and the result compiled into one function that
+* ``TunedModule.__call__``: each call shape (number of positional arguments, keyword names) of a forward signature
+  that repeats is bound once with ``ForwardSignature.normalize`` on placeholders (a shape's first call binds as stock
+  does), and the result compiled into one function that
   builds the normalized arguments, keyword arguments and the ``arguments`` dict the metadata is built from (binding
   looks at the shape only); a shape that does not bind goes through ``normalize`` itself, so errors are its own;
 * ``Backend.infer``: one function doing what the three decorators and the body do, in the same order, with the
@@ -324,11 +325,15 @@ class _Slot:
         self.source = source
 
 
-_binders: dict[int, tuple[Any, dict[tuple, Any]]] = {}  # id(signature) -> (it, shape -> binder or None)
+# id(signature) -> (it, shape -> binder, None (the shape does not bind) or _SEEN_ONCE)
+_binders: dict[int, tuple[Any, dict[tuple, Any]]] = {}
+_SEEN_ONCE = object()  # a shape called once: it binds as stock does, and is compiled when it comes again
 
 
 def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
-    """The compiled binder of this call's shape, or None where stock's ``normalize`` must run."""
+    """The compiled binder of this call's shape, or None where stock's ``normalize`` must run: a shape's first call
+    (compiling costs more than a stock bind, so only shapes that repeat are compiled: calls whose keyword names are
+    new every time are never slower than stock's), a shape that does not bind, a ``normalize`` that is not stock's."""
     if getattr(type(signature), "normalize", None) is not _refs.normalize or _has_own(signature, "normalize"):
         return None
     entry = _binders.get(id(signature))
@@ -338,13 +343,14 @@ def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
         entry = _binders[id(signature)] = (signature, {})
     shapes = entry[1]
     shape = (len(args), *kwargs)
-    try:
-        return shapes[shape]
-    except KeyError:
-        pass
-    if len(shapes) >= _MAX_SHAPES:
-        shapes.clear()
-    binder = shapes[shape] = compile_binder(signature, len(args), tuple(kwargs))
+    binder = shapes.get(shape, _MISSING)
+    if binder is _SEEN_ONCE:
+        binder = shapes[shape] = compile_binder(signature, len(args), tuple(kwargs))
+    elif binder is _MISSING:
+        if len(shapes) >= _MAX_SHAPES:
+            shapes.clear()
+        shapes[shape] = _SEEN_ONCE
+        return None
     return binder
 
 
