@@ -559,8 +559,9 @@ def _watched(backend_cls: Any, config_cls: Any) -> tuple | None:
         return None
 
 
-def _inspected(backend_cls: type, config_cls: type) -> tuple:
-    """The config's functions :func:`_field_getter` compares with BackendConfig's own."""
+def _config_functions(config_cls: Any) -> tuple:
+    """A config class's functions of :data:`_CONFIG_FUNCTIONS` (None where absent): what :func:`_field_getter`
+    compares with BackendConfig's own."""
     return tuple(getattr(config_cls, name, None) for name in _CONFIG_FUNCTIONS)
 
 
@@ -593,7 +594,7 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
         )
     ):
         return None
-    if _inspected(backend_cls, config_cls) != _refs.config_functions:
+    if _config_functions(config_cls) != _refs.config_functions:
         return None
     names = [field.name for field in dataclasses.fields(config_cls)]
     if not names:
@@ -610,8 +611,7 @@ def learn_eager_infer(eager_module: Any) -> None:
     infer = getattr(cls, "__dict__", {}).get("_infer")
     describe = getattr(cls, "__dict__", {}).get("describe")
     backend_module = sys.modules[_names.BACKEND]
-    config = getattr(backend_module, "BackendConfig", None)
-    config_functions = tuple(getattr(config, name, None) for name in _CONFIG_FUNCTIONS)
+    config_functions = _config_functions(getattr(backend_module, "BackendConfig", None))
     if (
         _aitunes_own(describe, eager_module, "TorchEagerBackend.describe")
         and config_functions[0] is not None

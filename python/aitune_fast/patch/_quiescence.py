@@ -71,13 +71,22 @@ def code_chain(function: Any) -> list[Any]:
     seen: set[int] = set()
     while function is not None and id(function) not in seen:
         seen.add(id(function))
-        function = getattr(function, "__func__", function)
-        code = getattr(function, "__code__", None)
-        if code is not None:
+        function = foreign_attr(function, "__func__") or function
+        code = foreign_attr(function, "__code__")
+        if isinstance(code, types.CodeType):
             codes.append(code)
-        function = getattr(function, "__wrapped__", None)
+        function = foreign_attr(function, "__wrapped__")
     own = __file__.rsplit("/", 1)[0]
     return [code for i, code in enumerate(codes) if i == len(codes) - 1 or code.co_filename.startswith(own)]
+
+
+def foreign_attr(value: Any, name: str) -> Any:
+    """``getattr(value, name, None)``, also None where the lookup fails otherwise (an unset proxy, a lazy object):
+    what AITune's modules and classes hold is looked at, not trusted."""
+    try:
+        return getattr(value, name, None)
+    except Exception:  # noqa: BLE001 - a foreign object's failing lookup means "not a function"
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- gates

@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from aitune_fast.patch import _call_path, _names
-from aitune_fast.patch._aitune import learn_definitions, registry_back, tuning_loops
+from aitune_fast.patch._aitune import learn_definitions, registry_back
 from aitune_fast.patch._convert import convert_live_objects
 from aitune_fast.patch._journal import JOURNAL, Step
 from aitune_fast.patch._loading import (
@@ -25,7 +25,17 @@ from aitune_fast.patch._loading import (
     views_back,
     views_off,
 )
-from aitune_fast.patch._quiescence import GATES, Codes, Entry, attr, code_chain, quiescent, settled, wait_for_calls
+from aitune_fast.patch._quiescence import (
+    GATES,
+    Codes,
+    Entry,
+    attr,
+    code_chain,
+    foreign_attr,
+    quiescent,
+    settled,
+    wait_for_calls,
+)
 from aitune_fast.patch._registry import REGISTRY, UNDO_ORDER, Layer
 from aitune_fast.patch._state import CURRENT, LOCK, State, state
 
@@ -199,6 +209,31 @@ def codes() -> Codes:
     long = of(_names.LONG_CODE) | tuning_loops()
     own = {code for function in _call_path.CALL_CODE for code in code_chain(function)}
     return Codes(calls=frozenset((of(_names.GATED) | of(_names.CALL_CODE) | own) - long), long=frozenset(long))
+
+
+def tuning_loops() -> set[Any]:
+    """The code of every loaded AITune function that tunes a module, found by what it does rather than by a list:
+    its code calls AITune's module-tuning span (:data:`_names.TUNING_SPAN`), as ``Module.tune`` and the JIT's
+    ``PatchedModule.tune`` do. Functions of AITune's modules and of the classes they define, decorators unwrapped."""
+    found: set[Any] = set()
+    for name, module in list(sys.modules.items()):
+        if _names.is_aitune(name) and isinstance(module, types.ModuleType):
+            for value in _defined_in(module, name):
+                found.update(code for code in code_chain(value) if _names.TUNING_SPAN in code.co_names)
+    return found
+
+
+def _defined_in(module: types.ModuleType, name: str) -> list[Any]:
+    """The functions and the classes' attributes that `module` defines itself (not what it imports)."""
+    values: list[Any] = []
+    for value in list(vars(module).values()):
+        if foreign_attr(value, "__module__") != name:
+            continue
+        if isinstance(value, type):
+            values.extend(list(vars(value).values()))
+        else:
+            values.append(value)
+    return values
 
 
 def check_aitune_version() -> None:
