@@ -345,47 +345,62 @@ fn read_class(p: &mut Parser<'_>) -> CodecResult<bool> {
     }
 }
 
-/// `from_json`'s text as UTF-8: a `str`, or the bytes of a `bytes`, `bytearray` or `memoryview`
-/// (copied: nothing else holds on to them while they are read), and the `str` errors report as
-/// `doc`.
-fn text_of<'py>(text: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyString>, Option<Vec<u8>>)> {
-    let py = text.py();
-    if let Ok(s) = text.cast::<PyString>() {
-        return Ok((s.clone(), None));
-    }
-    let bytes: Vec<u8> = if let Ok(b) = text.cast::<PyBytes>() {
-        b.as_bytes().to_vec()
-    } else if text.is_instance_of::<PyByteArray>() || text.is_instance_of::<PyMemoryView>() {
-        py.get_type::<PyBytes>()
-            .call1((text,))?
-            .cast_into::<PyBytes>()?
-            .as_bytes()
-            .to_vec()
-    } else {
-        return Err(PyTypeError::new_err(format!(
+/// `from_json`'s text: a `str`, or the bytes of a `bytes`, `bytearray` or `memoryview` (copied:
+/// nothing else holds on to them while they are read).
+enum Input<'py> {
+    Str(Bound<'py, PyString>),
+    Bytes(Vec<u8>),
+}
+
+impl<'py> Input<'py> {
+    fn of(text: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(s) = text.cast::<PyString>() {
+            return Ok(Input::Str(s.clone()));
+        }
+        if let Ok(b) = text.cast::<PyBytes>() {
+            return Ok(Input::Bytes(b.as_bytes().to_vec()));
+        }
+        if text.is_instance_of::<PyByteArray>() || text.is_instance_of::<PyMemoryView>() {
+            let b = text.py().get_type::<PyBytes>().call1((text,))?;
+            return Ok(Input::Bytes(b.cast_into::<PyBytes>()?.as_bytes().to_vec()));
+        }
+        Err(PyTypeError::new_err(format!(
             "SampleMetadata.from_json takes str, bytes, bytearray or memoryview (UTF-8 text of \
              to_json()), not {}",
             text.get_type().name()?
-        )));
-    };
-    let doc = PyString::new(py, &String::from_utf8_lossy(&bytes));
-    Ok((doc, Some(bytes)))
+        )))
+    }
+
+    /// The text as UTF-8 bytes.
+    fn src(&self) -> PyResult<&[u8]> {
+        match self {
+            Input::Str(s) => Ok(s.to_str()?.as_bytes()),
+            Input::Bytes(b) => Ok(b),
+        }
+    }
+
+    /// The text as the `str` an error reports as its `doc` (made only for an error).
+    fn doc(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        match self {
+            Input::Str(s) => s.clone(),
+            Input::Bytes(b) => PyString::new(py, &String::from_utf8_lossy(b)),
+        }
+    }
 }
 
 /// `from_json`: the metadata, and whether the document was written by an `ExactSampleMetadata`.
 pub fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_json";
-    let (doc, bytes) = text_of(text)?;
-    let src: &[u8] = match &bytes {
-        Some(b) => b,
-        None => doc.to_str()?.as_bytes(),
-    };
+    let input = Input::of(text)?;
+    let src = input.src()?;
     let read = || {
-        if let Some(Err(e)) = bytes.as_deref().map(std::str::from_utf8) {
-            return Err(CodecError::invalid_at(
-                e.valid_up_to(),
-                "the bytes are not UTF-8 text (to_json() writes str; encode it as UTF-8)",
-            ));
+        if let Input::Bytes(bytes) = &input {
+            if let Err(e) = std::str::from_utf8(bytes) {
+                return Err(CodecError::invalid_at(
+                    e.valid_up_to(),
+                    "the bytes are not UTF-8 text (to_json() writes str; encode it as UTF-8)",
+                ));
+            }
         }
         let mut p = Parser::new(src, true);
         let mut b = Build::new(py, WHAT);
@@ -393,5 +408,5 @@ pub fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<(SampleMet
         let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;
         Ok((md, info.exact))
     };
-    read().map_err(|e: CodecError| e.into_decode_error(py, WHAT, &doc, src))
+    read().map_err(|e: CodecError| e.into_decode_error(py, WHAT, &input.doc(py), src))
 }

@@ -42,7 +42,7 @@ pub(super) fn write_text(out: &mut String, t: &Text) -> CodecResult<()> {
 }
 
 /// The `$float` tag's name of a float that is not finite: `nan`, `inf` or `-inf`.
-pub(crate) fn nonfinite_name(v: f64) -> &'static str {
+fn nonfinite_name(v: f64) -> &'static str {
     if v.is_nan() {
         "nan"
     } else if v > 0.0 {
@@ -215,11 +215,9 @@ impl<'py> Enc<'py> {
     /// two could break a tie differently.
     pub(super) fn float(&mut self, v: f64) {
         if self.standard && !v.is_finite() {
-            self.out.push_str(match nonfinite_name(v) {
-                "nan" => "{\"$float\":\"nan\"}",
-                "inf" => "{\"$float\":\"inf\"}",
-                _ => "{\"$float\":\"-inf\"}",
-            });
+            self.out.push_str("{\"$float\":\"");
+            self.out.push_str(nonfinite_name(v));
+            self.out.push_str("\"}");
             return;
         }
         let start = self.out.len();
@@ -401,13 +399,9 @@ impl<'py> Enc<'py> {
                 let f = f.value();
                 if !f.is_finite() {
                     // the token json.dumps writes, as a string
-                    self.out.push_str(if f.is_nan() {
-                        "\"NaN\""
-                    } else if f > 0.0 {
-                        "\"Infinity\""
-                    } else {
-                        "\"-Infinity\""
-                    });
+                    self.out.push('"');
+                    jt::write_f64(&mut self.out, f, &mut self.scratch);
+                    self.out.push('"');
                     return Ok(());
                 }
             }
