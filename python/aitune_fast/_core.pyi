@@ -5,7 +5,7 @@ The public modules (`aitune_fast.sample_metadata`, `.locator`, `.tensor_spec`,
 """
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal, overload
+from typing import Any, Literal, final, overload
 
 import torch
 from typing_extensions import Self, disjoint_base
@@ -21,6 +21,7 @@ __all__ = [
     "_gc_objects_but_tuples",
     "_frames_running",
     "_still_running",
+    "_CallPath",
     "MAX_DEPTH",
     "tensor_reader",
     "tensor_readers_available",
@@ -64,6 +65,19 @@ def _frames_running(codes: set[Any], me: int) -> list[tuple[int, Any]]:
 
 def _still_running(pending: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
     """Of `pending` ((thread id, frame) pairs), those whose frame is still on its thread's stack."""
+
+@final
+class _CallPath:
+    """A tuned module's per-call path under ``patch_aitune()`` in one native call; built and used by
+    ``aitune_fast.patch._call_path`` only (its fields: AITune's objects and the path's Python steps)."""
+
+    def __new__(cls, **fields: Any) -> Self: ...
+    def forward(self, proxy: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
+        """``Module._forward``: the hook swap around the tuned wrapper's call."""
+    def call(self, tuned: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
+        """``TunedModule.__call__``: binding, AITune's context, the backend lookup and its ``infer``."""
+    def infer(self, backend: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
+        """``Backend.infer``: its context, nvtx range, metrics scope, state check and ``_infer``."""
 
 _Accessor = int | str | Any
 

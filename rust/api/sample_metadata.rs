@@ -23,6 +23,28 @@ fn already_set() -> PyErr {
 /// `(axis, multiplier)` for each batch axis of a spec.
 type BatchAxes = Vec<(usize, Multiplier)>;
 
+/// `SampleMetadata.from_inputs(inputs, strict, batch_size)` (also the call path's, without the
+/// Python call).
+pub(crate) fn describe_inputs(
+    py: Python<'_>,
+    inputs: &Bound<'_, PyAny>,
+    strict: Option<&Bound<'_, PyAny>>,
+    batch_size: Option<&Bound<'_, PyAny>>,
+) -> PyResult<SampleMetadata> {
+    let strict = strict_flag(strict)?;
+    let bs = resolve_batch_size(py, batch_size)?;
+    let check_cp = transformers_integration(py)?;
+    let Built {
+        storage,
+        cache_position: cp,
+    } = build(py, inputs, strict, &bs, false, check_cp)?;
+    let phase = match cp {
+        Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
+        _ => None,
+    };
+    Ok(SampleMetadata::from_storage(storage, strict, phase))
+}
+
 #[pymethods]
 impl SampleMetadata {
     /// `SampleMetadata(tensor_data, other_data, strict=False, llm_phase=None)`; with no data, a
@@ -90,18 +112,7 @@ impl SampleMetadata {
         strict: Option<&Bound<'_, PyAny>>,
         batch_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<SampleMetadata> {
-        let strict = strict_flag(strict)?;
-        let bs = resolve_batch_size(py, batch_size)?;
-        let check_cp = transformers_integration(py)?;
-        let Built {
-            storage,
-            cache_position: cp,
-        } = build(py, inputs, strict, &bs, false, check_cp)?;
-        let phase = match cp {
-            Some(cp) if !cp.is_none(py) => Some(phase_of(py, cp.bind(py))?),
-            _ => None,
-        };
-        Ok(SampleMetadata::from_storage(storage, strict, phase))
+        describe_inputs(py, inputs, strict, batch_size)
     }
 
     /// Describe the outputs of a call; locators render as `output...`.

@@ -132,3 +132,14 @@ def test_wrappers_put_on_aitunes_methods_before_the_patch_keep_running(tmp_path)
         "TunedModule.safe_call_backend": 3,
     }
     assert patched == stock
+
+
+@pytest.mark.parametrize("mode", FAST)
+def test_describe_is_kept_where_it_is_a_function_of_class_and_config(runs, mode):
+    """TorchEager's and Inductor JIT's descriptions are kept (Inductor's config has AITune's own checking
+    ``__post_init__``); a config with a user ``__post_init__`` is described every call, as stock does."""
+    kept = runs[mode]["describe_kept"]
+    assert kept["eager"] == [True, True]
+    assert kept["inductor_jit"] == [True, True]
+    assert kept["counting"] == [False, True]
+    assert kept["counting_made"] == 5

@@ -129,6 +129,7 @@ def transcript(ait, torch, m, probe, x):
     t["hook_dicts"] = [len(probe._forward_pre_hooks), len(probe._forward_hooks)]
     probe._forward_pre_hooks.clear()  # what is left of them (stock's copies) would break every later call
     probe._forward_hooks.clear()
+    t["global_hooks"] = global_hooks(m, x)
     probe.action = "hook"
     t["hook_during_call"] = record(lambda: m(x))
     t["after_hook_during_call"] = record(lambda: m(x))
@@ -163,6 +164,24 @@ def transcript(ait, torch, m, probe, x):
     with torch.no_grad():
         t["grad_off"] = [record(lambda: m(x)), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     return t
+
+
+def global_hooks(m, x):
+    """torch's global module hooks fire around each ``nn.Module.__call__`` of the wrapped module: the tuned call's
+    own and the backend's (the call path calls ``forward`` directly only where no hook could see the difference)."""
+    from torch.nn.modules import module as module_module
+
+    seen: list = []
+    handles = [
+        module_module.register_module_forward_pre_hook(lambda mod, args: seen.append(("pre", type(mod).__name__))),
+        module_module.register_module_forward_hook(lambda mod, args, out: seen.append(("post", type(mod).__name__))),
+    ]
+    try:
+        out = record(lambda: m(x))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [out, seen]
 
 
 def config_values(m, x, backend):
@@ -206,6 +225,36 @@ def describe_replaced(m, x, backend):
             record(lambda: m(x))
             logs.append(LOG[0][1] if LOG else None)
     return logs
+
+
+def describe_kept():
+    """Which backends' ``describe()`` the call path keeps (backend class -> kept, and equal to ``describe()``):
+    TorchEager's and Inductor JIT's (whose config's ``__post_init__`` is AITune's own, only checking), not a
+    config whose user ``__post_init__`` counts its calls (``describe()`` builds a default config every call)."""
+    import dataclasses
+
+    from aitune.torch.backend import TorchEagerBackend
+    from aitune.torch.backend.torch_inductor_jit_backend import TorchInductorJitBackend, TorchInductorJitBackendConfig
+    from aitune_fast.patch import _call_path
+
+    made: list = []
+
+    @dataclasses.dataclass
+    class CountingConfig(TorchInductorJitBackendConfig):
+        def __post_init__(self):
+            made.append(1)
+
+    kept = {}
+    for name, backend in {
+        "eager": TorchEagerBackend(),
+        "inductor_jit": TorchInductorJitBackend(),
+        "counting": TorchInductorJitBackend(CountingConfig()),
+    }.items():
+        descriptions = [_call_path._describe(backend) for _ in range(3)]
+        decided = _call_path._describable[(type(backend), type(backend._config))]
+        kept[name] = [decided[1] is not None, set(descriptions) == {backend.describe()}]
+    kept["counting_made"] = len(made)  # 1 (the config) + 1 per describe() run: 3 runs + the check above = 5
+    return kept
 
 
 def threads(m, x, expected):
@@ -371,6 +420,7 @@ def main(mode: str, workdir: str) -> dict:
         import aitune_fast
 
         out["toggles"] = toggles(aitune_fast, m, x, expected)
+        out["describe_kept"] = describe_kept()
         aitune_fast.unpatch_aitune()
         now = [Module.__dict__["_forward"], TunedModule.__dict__["__call__"], Backend.__dict__["infer"]]
         out["unpatched"] = {

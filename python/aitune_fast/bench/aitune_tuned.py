@@ -99,6 +99,21 @@ def table(result: dict[str, Any]) -> str:
             f" | {'':>11} {row['stock_path_us']:>7.1f} {row['patched_path_us']:>8.1f} {row['fast_path_us']:>9.1f}"
             f" {row['fast_path_ratio']:>5.1f}x"
         )
+    if all("compile_us" in row for row in result["rows"].values()):
+        lines += [
+            "",
+            'The anchor: torch.compile(backend="eager") on the same (plain) modules, same rounds: its overhead over a '
+            "plain call, and the call path's in units of it (lower is better).",
+            "",
+            f"{'module':<15} {'compile':>8} {'call path':>9} {'x compile':>9}"
+            f" | {'path alone:':>11} {'compile':>8} {'call path':>9} {'x compile':>9}",
+        ]
+        for name, row in result["rows"].items():
+            lines.append(
+                f"{name:<15} {row['compile_us']:>8.1f} {row['fast_us']:>9.1f} {row['vs_compile']:>8.2f}x"
+                f" | {'':>11} {row['compile_path_us']:>8.1f} {row['fast_path_us']:>9.1f}"
+                f" {row['vs_compile_path']:>8.2f}x"
+            )
     lines += [
         "",
         "The metadata work inside a call (from_inputs + backend lookup, µs), and the metadata-only patch with "
@@ -261,13 +276,20 @@ def _loop(fn: Any, args: tuple, kwargs: dict, n: int) -> float:
 
 
 def _overheads(
-    modules: dict[str, tuple[Any, Any, tuple, dict]], settings: dict[str, Any], rounds: int, n: int
+    modules: dict[str, tuple[Any, Any, tuple, dict]],
+    settings: dict[str, Any],
+    rounds: int,
+    n: int,
+    anchors: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, float]]:
     """setting -> module -> median µs of (tuned call - plain call), in rounds that take every setting (a function
-    that puts it in place) and every module in turn, collector paused."""
+    that puts it in place) and every module in turn, collector paused; with `anchors` (module -> the plain module
+    under ``torch.compile``), also ``"compile"`` -> module -> (compiled call - plain call), in the same rounds."""
     import torch
 
-    diffs: dict[str, dict[str, list[float]]] = {key: {name: [] for name in modules} for key in settings}
+    anchors = _compiling(anchors or {}, modules, n)
+    keys = [*settings, *(["compile"] if anchors else [])]
+    diffs: dict[str, dict[str, list[float]]] = {key: {name: [] for name in modules} for key in keys}
     with torch.no_grad():
         for switch in settings.values():
             switch()
@@ -284,9 +306,37 @@ def _overheads(
                         t = _loop(tuned, args, kwargs, n)
                         p = _loop(plain, args, kwargs, n)
                         diffs[key][name].append(t - p)
+                for name, compiled in anchors.items():
+                    _, plain, args, kwargs = modules[name]
+                    t = _loop(compiled, args, kwargs, n)
+                    p = _loop(plain, args, kwargs, n)
+                    diffs["compile"][name].append(t - p)
         finally:
             gc.enable()
-    return {key: {name: statistics.median(d) for name, d in per.items()} for key, per in diffs.items()}
+    return {key: {name: statistics.median(d) for name, d in per.items() if d} for key, per in diffs.items()}
+
+
+def _compiling(anchors: dict[str, Any], modules: dict[str, tuple[Any, Any, tuple, dict]], n: int) -> dict[str, Any]:
+    """The anchors that compile and run (each called `n` times: compiled, warmed up), all or none."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            for name, compiled in anchors.items():
+                _loop(compiled, modules[name][2], modules[name][3], n)
+    except Exception as exc:  # noqa: BLE001 - Dynamo failing here leaves the column out, not the benchmark
+        print(f"aitune_tuned: torch.compile anchor left out ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return {}
+    return anchors
+
+
+def _compiled(torch: Any, modules: dict[str, tuple[Any, Any, tuple, dict]]) -> dict[str, Any]:
+    """The anchor: each module's plain copy under ``torch.compile(backend="eager")`` (Dynamo's guards and dispatch,
+    no code generation); {} where Dynamo is unavailable."""
+    try:
+        return {name: torch.compile(copy.deepcopy(entry[1]), backend="eager") for name, entry in modules.items()}
+    except Exception:  # noqa: BLE001 - no Dynamo here (e.g. an unsupported Python): the column is left out
+        return {}
 
 
 def _metadata_work(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, backends: Any = None) -> Any:
@@ -400,7 +450,7 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
         "patched": lambda: aitune_fast.patch_aitune(call_path=False),
         "fast": lambda: aitune_fast.patch_aitune(call_path=True),
     }
-    overheads = _overheads(stock, settings, rounds, n)
+    overheads = _overheads(stock, settings, rounds, n, _compiled(torch, stock))
     for name, row in rows.items():
         for key, per_module in overheads.items():
             row[f"{key}_us"], row[f"{key}_path_us"] = per_module[name], per_module[name + PATH]
@@ -433,6 +483,9 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
         row["ratio"] = row["stock_us"] / max(row["patched_us"], 1e-9)
         row["fast_ratio"] = row["stock_us"] / max(row["fast_us"], 1e-9)
         row["fast_path_ratio"] = row["stock_path_us"] / max(row["fast_path_us"], 1e-9)
+        if "compile_us" in row:  # the call path's overhead in units of torch.compile's (lower is better)
+            row["vs_compile"] = row["fast_us"] / max(row["compile_us"], 1e-9)
+            row["vs_compile_path"] = row["fast_path_us"] / max(row["compile_path_us"], 1e-9)
         row["compact_ratio"] = row["stock_us"] / max(row["compact_us"], 1e-9)
         row["meta_ratio"] = row["meta_ref_us"] / max(row["meta_ours_us"], 1e-9)
         row["meta_compact_ratio"] = row["meta_ref_us"] / max(row["meta_compact_us"], 1e-9)

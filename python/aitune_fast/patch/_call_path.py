@@ -32,6 +32,7 @@ import types
 from collections import OrderedDict
 from typing import Any, cast
 
+from aitune_fast._core import _CallPath
 from aitune_fast.patch import _names
 from aitune_fast.patch._aitune import Context
 from aitune_fast.patch._objects import live_instances
@@ -55,28 +56,36 @@ _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
 
 
 class _Refs:
-    """AITune's objects the fast path uses, looked up when their modules load."""
+    """AITune's objects the Python steps of the path use (the native path's are on :data:`_NATIVE`), looked up when
+    their modules load."""
 
-    module_cls: Any = None
-    nn_setattr: Any = None
-    init_state: Any = None
-    tuned_cls: Any = None
-    tuned_module: Any = None  # aitune.torch.module.tuned_module: its SampleMetadata name follows the patch
-    safe_call: Any = None
-    unique_call: Any = None
-    normalize: Any = None
-    infer: Any = None  # the fast Backend.infer's parts, see _infer_parts
-    eager_infer: Any = None  # stock's TorchEagerBackend._infer, which _infer_body runs inline
+    normalize: Any = None  # stock's ForwardSignature.normalize: the binder compiles only calls of it
     eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
     config_functions: Any = None  # BackendConfig's own functions of _CONFIG_FUNCTIONS, as AITune defines them
-    grad_enabled: Any = None  # torch.is_grad_enabled
     jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
     jit_restore: Any = None  # stock's PatchedModule._restore_original_forward
     jit_proxy: Any = None  # stock's PatchedModule._proxy_forward
-    set_grad_enabled: Any = None  # torch._C._set_grad_enabled: what torch.no_grad() calls on entry and exit
+    nn_setattr: Any = None  # nn.Module.__setattr__: the JIT swap writes __dict__ only under it
 
 
 _refs = _Refs()
+# the native path (`_core._CallPath`, frozen): AITune's objects it uses and the Python steps it calls, given as each
+# part of the path is installed (install_*, learn_eager_infer); a call in flight keeps the object it started with
+_native_fields: dict[str, Any] = {"ordered_dict": OrderedDict}
+_NATIVE: Any = _CallPath(**_native_fields)
+
+
+def _into_native(**fields: Any) -> None:
+    """Give the native path these fields (with AITune's global context as the patch learnt it): a new object."""
+    global _NATIVE
+    _native_fields.update(
+        fields,
+        context=Context.obj,
+        context_cls=Context.cls,
+        module_key=Context.module_key,
+        backend_key=Context.backend_key,
+    )
+    _NATIVE = _CallPath(**_native_fields)
 
 
 # ---------------------------------------------------------------------------------------------- Module._forward
@@ -92,9 +101,12 @@ def install_forward(wrapper_module: Any) -> None:
         return
     if not _aitunes_own(attr(module_cls, "_forward"), wrapper_module, "Module._forward"):
         return  # a wrapper put on it before the patch (a profiler, a decorator): stock's step runs it
-    _refs.module_cls = module_cls
-    _refs.init_state = state.INIT
-    _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
+    _into_native(
+        module_cls=module_cls,
+        init_state=state.INIT,
+        nn_setattr=sys.modules["torch"].nn.Module.__setattr__,
+        forward_stock_swap=_forward_stock_swap,
+    )
     REGISTRY.replace_function(Layer.CALL_PATH, module_cls, "_forward", _forward)
     REGISTRY.step(
         Layer.CALL_PATH_LIVE,
@@ -133,29 +145,8 @@ def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
 
 def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """``Module._forward``: the tuned (or recording, passthrough) wrapper called with the wrapped module's own
-    ``forward`` and no hooks in place, both put back afterwards."""
-    if self._self_state == _refs.init_state:
-        self.enable_recording()
-    inner = self.__wrapped__
-    if type(self) is not _refs.module_cls or type(inner).__setattr__ is not _refs.nn_setattr:
-        return _forward_stock_swap(self, args, kwargs)
-    state = inner.__dict__
-    try:
-        state["_current_forward_pre_hooks"] = OrderedDict(state["_forward_pre_hooks"])
-        state["_current_forward_hooks"] = OrderedDict(state["_forward_hooks"])
-        state["_forward_pre_hooks"] = OrderedDict()
-        state["forward"] = self._self_orig_forward
-        state["_forward_hooks"] = OrderedDict()
-        wrapper = self._self_wrapper
-        if type(wrapper) is _refs.tuned_cls and type(wrapper).__call__ is _tuned_call:
-            result = _call(wrapper, args, kwargs)
-        else:
-            result = wrapper(*args, **kwargs)
-    finally:
-        state["_forward_pre_hooks"] = state["_current_forward_pre_hooks"]
-        state["forward"] = self._self_proxy_forward
-        state["_forward_hooks"] = state["_current_forward_hooks"]
-    return result
+    ``forward`` and no hooks in place, both put back afterwards (:meth:`_core._CallPath.forward`)."""
+    return _NATIVE.forward(self, args, kwargs)
 
 
 def install_jit_swap(jit_module: Any) -> None:
@@ -227,54 +218,26 @@ def install_tuned_call(tuned_module: Any) -> None:
         return
     if not _aitunes_own(attr(tuned_cls, "__call__"), tuned_module, "TunedModule.__call__"):
         return  # a wrapper put on it before the patch: stock's call runs it
-    _refs.tuned_cls = tuned_cls
-    _refs.tuned_module = tuned_module
-    # each step the fast call takes in place of one of these runs only while the function is AITune's own: a
+    # each step the fast call takes in place of safe_call/unique_call runs only while the function is AITune's own: a
     # wrapper put on it before the patch keeps running (_NOT_AITUNES never matches what a call finds)
-    _refs.safe_call = _own(tuned_cls, "safe_call_backend", tuned_module, "TunedModule")
-    _refs.unique_call = _own(tuned_cls, "call_unique_backend", tuned_module, "TunedModule")
+    _into_native(
+        tuned_cls=tuned_cls,
+        tuned_call=_tuned_call,
+        tuned_module=tuned_module,
+        binder=_binder,
+        call_stock_steps=_call_stock_steps,
+        safe_call=_own(tuned_cls, "safe_call_backend", tuned_module, "TunedModule"),
+        unique_call=_own(tuned_cls, "call_unique_backend", tuned_module, "TunedModule"),
+    )
     _refs.normalize = _own(signature_module.ForwardSignature, "normalize", signature_module, "ForwardSignature")
     REGISTRY.replace_function(Layer.CALL_PATH, tuned_cls, "__call__", _tuned_call)
 
 
 def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-    """``TunedModule.__call__``."""
-    return _call(self, args, kwargs)
-
-
-def _call(tuned: Any, args: tuple, kwargs: dict) -> Any:
-    """``TunedModule.__call__(*args, **kwargs)``: bind, then in a new AITune context naming the module, the backend
-    function (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``;
-    any other function as it is)."""
-    binder = _binder(tuned._forward_signature, args, kwargs)
-    context = Context.obj
-    if binder is None or type(context) is not Context.cls:
-        return _call_stock_steps(tuned, args, kwargs)
-    call_args, call_kwargs, arguments = binder(args, kwargs)
-    func = tuned._backend_func
-    with context._lock:
-        stack = context._data_stack
-        top = stack[-1].copy()
-        top[Context.module_key] = tuned._module_name
-        stack.append(top)
-    try:
-        method = getattr(func, "__func__", None)
-        if method is _refs.safe_call and func.__self__ is tuned:
-            backend = _backend_for(tuned, arguments)
-        elif method is _refs.unique_call and func.__self__ is tuned:
-            backend = tuned._unique_backend
-        else:
-            return func((call_args, call_kwargs))
-        if (
-            getattr(type(backend), "infer", None) is _infer
-            and not _has_own(backend, "infer")
-            and ("_method" not in call_kwargs)
-        ):
-            return _infer_body(backend, call_args, call_kwargs)
-        return backend.infer(*call_args, **call_kwargs)
-    finally:
-        with context._lock:
-            context._data_stack.pop()
+    """``TunedModule.__call__``: bind, then in a new AITune context naming the module, the backend function
+    (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``; any other
+    function as it is): :meth:`_core._CallPath.call`."""
+    return _NATIVE.call(self, args, kwargs)
 
 
 def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
@@ -285,20 +248,6 @@ def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
     with context:
         context.set(Context.module_key, tuned._module_name)
         return tuned._backend_func(sample)
-
-
-def _backend_for(tuned: Any, arguments: dict) -> Any:
-    """``safe_call_backend``'s lookup: the backend whose key equals the call's metadata."""
-    metadata = _refs.tuned_module.SampleMetadata.from_inputs(arguments, strict=tuned._config.strict_mode)
-    backends = tuned._backends
-    if type(backends) is OrderedDict or type(backends) is dict:
-        backend = backends.get(metadata, _MISSING)
-        if backend is _MISSING:
-            raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
-        return backend
-    if metadata not in backends:
-        raise RuntimeError(tuned.ERROR_NO_BACKEND_FOUND.format(metadata))
-    return backends[metadata]
 
 
 _MISSING = object()
@@ -431,69 +380,25 @@ def install_infer(backend_module: Any) -> None:
     parts = _infer_parts(backend_module)
     if parts is None:
         return
-    _refs.infer = parts
+    _into_native(parts=parts, our_infer=_infer, describe=_describe, annotation=_annotation)
     REGISTRY.replace_function(Layer.CALL_PATH, backend_module.Backend, "infer", _infer)
 
 
 def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
-    """``Backend.infer``."""
+    """``Backend.infer``: its three decorators and its body in one step (:meth:`_core._CallPath.infer`)."""
     if "_method" in kwargs:  # stock's wrapper takes `_method` as its own keyword
-        return _refs.infer.stock(self, *args, **kwargs)
-    return _infer_body(self, args, kwargs)
-
-
-def _infer_body(backend: Any, args: tuple, kwargs: dict) -> Any:
-    parts = _refs.infer
-    context = Context.obj
-    if type(context) is not Context.cls:
-        return parts.stock(backend, *args, **kwargs)
-    with context._lock:
-        stack = context._data_stack
-        top = stack[-1].copy()
-        stack.append(top)
-    try:
-        top[Context.backend_key] = _describe(backend)  # stock: set() inside the new context
-        message = parts.nvtx_decorator.name
-        module_name = top.get(Context.module_key)
-        if module_name is not None:
-            message += f" module:{module_name}"
-        backend_name = top.get(Context.backend_key)
-        if backend_name is not None:
-            message += f" backend:{backend_name}"
-        annotation = parts.annotations.get(message) if parts.nvtx_module.nvtx.annotate is parts.annotate_cls else None
-        if annotation is None:
-            annotation = _annotation(parts, message)
-        parts.nvtx_decorator._nvtx_annotation = annotation
-        with annotation:
-            parts.metrics_module.get_default_collector().start_scope(parts.scope)
-            try:
-                state = backend.state
-                if state != parts.states[0] and state != parts.states[1]:
-                    raise RuntimeError(f"Cannot run inference, backend {backend.name} should be activated first")
-                if type(backend)._infer is not _refs.eager_infer or _has_own(backend, "_infer"):
-                    result = backend._infer(*args, **kwargs)
-                else:  # stock TorchEager's: `with torch.no_grad(): return self._orig_module(...)`, inline
-                    enabled = _refs.grad_enabled()
-                    _refs.set_grad_enabled(False)
-                    try:
-                        result = backend._orig_module(*args, **kwargs)
-                    finally:
-                        _refs.set_grad_enabled(enabled)
-            finally:
-                parts.metrics_module.get_default_collector().end_scope()
-            return result
-    finally:
-        with context._lock:
-            context._data_stack.pop()
+        return _native_fields["parts"].stock(self, *args, **kwargs)
+    return _NATIVE.infer(self, args, kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- describe()
 
 _MAX_DESCRIPTIONS = 4096  # backend descriptions kept, by backend class, config class and config values
 _descriptions: dict[tuple, str] = {}
-# (backend class, config class) -> (the functions a kept description depends on, as found when it was decided:
-# _watched(); the field getter), or (None, None): describe() runs every call. A decision to keep stands while those
-# functions are the ones the classes hold (a monkeypatch or mock.patch.object of any of them makes it decide again).
+# (backend class, config class) -> (the functions a description depends on, as found when it was decided: _watched(),
+# None where one is missing; the field getter, None: describe() runs every call). A decision, to keep or not, stands
+# while those functions are the ones the classes hold (a monkeypatch or mock.patch.object of any of them, or putting
+# the stock one back, makes it decide again).
 _describable: dict[tuple[type, type], tuple[tuple | None, Any]] = {}
 _CONFIG_FUNCTIONS = ("describe", "_get_changed_fields", "_default_describe_fields", "__post_init__")
 
@@ -526,7 +431,7 @@ def _describe(backend: Any) -> str:
         if decided is not None:  # a function replaced: what was kept under it goes
             _descriptions.clear()
         getter = _field_getter(*kind)
-        watched = _watched(*kind) if getter is not None else None
+        watched = _watched(*kind)  # also where it is not kept: a decision made under a replaced function is made again
         decided = _describable[kind] = (watched, getter if watched is not None else None)
     getter = decided[1]
     if getter is None:
@@ -557,6 +462,22 @@ def _watched(backend_cls: Any, config_cls: Any) -> tuple | None:
         )
     except AttributeError:
         return None
+
+
+# AITune 0.6.0's config __post_init__s that only check field values, and pass on the default config (which
+# BackendConfig.describe() builds every call): keeping a description skips nothing observable
+_CHECKING_POST_INITS = {_names.INDUCTOR_JIT_BACKEND: "TorchInductorJitBackendConfig.__post_init__"}
+
+
+def _checks_only(post_init: Any) -> bool:
+    """Whether a config's ``__post_init__`` is none, BackendConfig's, or one of :data:`_CHECKING_POST_INITS` as
+    AITune defines it (not a subclass's or a user's, which might count or log the configs made)."""
+    if post_init is None or post_init is _refs.config_functions[3]:
+        return True
+    module_name = getattr(post_init, "__module__", None)
+    if type(module_name) is not str or module_name not in _CHECKING_POST_INITS:
+        return False
+    return _aitunes_own(post_init, sys.modules.get(module_name), _CHECKING_POST_INITS[module_name])
 
 
 def _config_functions(config_cls: Any) -> tuple:
@@ -594,7 +515,8 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
         )
     ):
         return None
-    if _config_functions(config_cls) != _refs.config_functions:
+    functions = _config_functions(config_cls)
+    if functions[:3] != _refs.config_functions[:3] or not _checks_only(functions[3]):
         return None
     names = [field.name for field in dataclasses.fields(config_cls)]
     if not names:
@@ -623,9 +545,28 @@ def learn_eager_infer(eager_module: Any) -> None:
         global _IMMUTABLE
         torch = sys.modules["torch"]
         _IMMUTABLE = _IMMUTABLE | {torch.dtype}
-        _refs.eager_infer = infer
-        _refs.grad_enabled = torch.is_grad_enabled
-        _refs.set_grad_enabled = torch._C._set_grad_enabled
+        _into_native(
+            eager_infer=infer,
+            grad_enabled=torch.is_grad_enabled,
+            set_grad_enabled=torch._C._set_grad_enabled,
+            **_module_call_parts(torch),
+        )
+
+
+def _module_call_parts(torch: Any) -> dict[str, Any]:
+    """What the native path checks before it calls TorchEager's module's ``forward`` without ``nn.Module.__call__``
+    (only where that call would do nothing else: torch's ``__call__`` and ``_call_impl``, nothing compiled, not
+    tracing, no hook on the module or global; ``_core._CallPath.call_module``); {} leaves the call to torch."""
+    module_module = sys.modules.get("torch.nn.modules.module")
+    is_tracing = getattr(torch._C, "_is_tracing", None) or getattr(torch._C, "_get_tracing_state", None)
+    if module_module is None or is_tracing is None:
+        return {}
+    return {
+        "module_call": torch.nn.Module.__call__,
+        "module_call_impl": torch.nn.Module._call_impl,
+        "module_globals": vars(module_module),
+        "is_tracing": is_tracing,
+    }
 
 
 _NOT_AITUNES = object()  # stands for a function that is not AITune's own: no function found is it
@@ -673,9 +614,9 @@ def _is_nvtx_annotate(annotate: Any) -> bool:
     return isinstance(annotate, type) and module in ("nvtx.nvtx", "nvtx")
 
 
-# the call path's own functions that hold a metadata between building it and looking it up: a switch waits for calls
-# in them (`_switch.codes`)
-CALL_CODE = (_call, _backend_for)
+# the call path's own functions that hold a metadata between building it and looking it up (in the native call they
+# make): a switch waits for calls in them (`_switch.codes`)
+CALL_CODE = (_forward, _tuned_call)
 
 
 def call_steps() -> dict[str, Any]:
@@ -683,4 +624,4 @@ def call_steps() -> dict[str, Any]:
     (``Module._forward``: `self, wrapped, instance, args, kwargs`), ``call`` (``TunedModule.__call__``: `tuned, args,
     kwargs`), ``binder`` (`signature, args, kwargs` -> the compiled binder of that call shape, or None) and
     ``infer_body`` (``Backend.infer``: `backend, args, kwargs`)."""
-    return {"forward": _forward, "call": _call, "binder": _binder, "infer_body": _infer_body}
+    return {"forward": _forward, "call": _NATIVE.call, "binder": _binder, "infer_body": _NATIVE.infer}
