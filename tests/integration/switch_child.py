@@ -23,6 +23,9 @@ Modes:
   hook_race WORLD  two calls of one tuned module overlap inside AITune's ``Module._forward`` (the second enters it
                    while the first is held in its forward), in WORLD "stock" (aitune_fast blocked), "off"
                    (patched, stock's call path) or "on" (aitune_fast's call path): which hooks are left after
+  handoff START LIMIT  a tuned module's forward hands the call of another tuned module to a worker thread and waits
+                   for it, while the main thread switches (START: "stock" patches, "patched" unpatches; LIMIT: the
+                   switch's wait for calls in flight, seconds)
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
@@ -992,6 +995,72 @@ def hook_race_mode(workdir, world):
     }
 
 
+def handoff_mode(workdir, start, limit):
+    """Call A of the outer module is inside its forward when the switch closes its gates; the forward then hands a
+    call of the inner module to a worker thread (a thread pool) and waits for its result. The worker's call meets
+    a closed gate while the switch waits for call A."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ait, torch, aitune_fast, quiescence = setup()
+    quiescence.CALLS_IN_FLIGHT_LIMIT_S = float(limit)
+    if start == "patched":
+        aitune_fast.patch_aitune()
+    pool = ThreadPoolExecutor(1)
+    inside, go = threading.Event(), threading.Event()
+    torch.manual_seed(0)
+    inner = ait.Module(torch.nn.Sequential(torch.nn.Linear(16, 16)).eval(), "inner", strategy=quick_strategy(ait))
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 4)
+            self.held = False
+
+        def forward(self, x):
+            if self.held:
+                self.held = False
+                inside.set()
+                go.wait(30)
+            return self.lin(pool.submit(inner, x).result())
+
+    model = Outer().eval()
+    outer = ait.Module(model, "outer", strategy=quick_strategy(ait))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        expected = model.lin(inner.__wrapped__(x))
+        outer(x)
+        inner(x)
+    inner.tune(device="cpu")
+    outer.tune(device="cpu")
+    model.held = True
+    with torch.no_grad():
+        call, call_box = in_thread(lambda: bool(torch.equal(outer(x), expected)))
+        inside.wait(30)
+        started = time.monotonic()
+        switcher, switch_box = in_thread(switch, aitune_fast, start == "stock")
+        while not quiescence.GATES.standing and switcher.is_alive():
+            time.sleep(0.001)  # the gates are closed: the worker's call meets one
+        go.set()
+        worker_held = False
+        while switcher.is_alive() and time.monotonic() - started < 60:
+            worker_held = worker_held or bool(quiescence.GATES.held)
+            time.sleep(0.001)
+        switch_s = time.monotonic() - started
+        call.join(60)
+        out = {
+            "worker_held": worker_held,
+            "switch_s": round(switch_s, 2),
+            "refused": switch_box.get("value"),
+            "switch_error": switch_box.get("error"),
+            "call": call_box,
+            "patched": aitune_fast.is_aitune_patched(),
+            "keys": sorted({w for m in (inner, outer) for w in key_worlds(m)}),
+            "after": bool(torch.equal(outer(x), expected)),
+        }
+    pool.shutdown()
+    return out
+
+
 MODES = {
     "in_flight": in_flight_mode,
     "tune": tune_mode,
@@ -1004,6 +1073,7 @@ MODES = {
     "reentry": reentry_mode,
     "hooks": hooks_mode,
     "hook_race": hook_race_mode,
+    "handoff": handoff_mode,
 }
 
 if __name__ == "__main__":

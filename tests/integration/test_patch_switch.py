@@ -32,6 +32,8 @@ RUNS = {
     "hook_race_stock": ("hook_race", "stock"),
     "hook_race_off": ("hook_race", "off"),
     "hook_race_on": ("hook_race", "on"),
+    "handoff_patch": ("handoff", "stock", "5"),
+    "handoff_unpatch": ("handoff", "patched", "5"),
 }
 
 
@@ -186,3 +188,17 @@ def test_overlapping_calls_of_one_module_race_on_its_hooks_as_in_stock(runs, run
     assert stock["overlapped"] and stock["calls"] == {"A": {"ok": True}, "B": {"ok": True}}
     assert stock["hooks_left"] == {"pre": 0, "post": 0}
     assert ours == stock
+
+
+@pytest.mark.parametrize(("run", "world"), [("handoff_patch", "ours"), ("handoff_unpatch", "stock")])
+def test_a_call_handed_to_another_thread_by_a_forward_in_flight_does_not_stall_the_switch(runs, run, world):
+    """A tuned module's forward, in flight when the switch closes its gates, hands the call of another tuned module to
+    a worker thread and waits for it; the worker's call is held at a gate. Before: the switch waited for the forward,
+    which waited for the worker, which waited for the switch: 5 s, then SwitchRefused. Now the held call is let
+    through (every call in flight waits in ``threading``), runs in the world from before the switch, and the switch
+    goes through once both returned."""
+    out = runs[run]
+    assert out["worker_held"] is True
+    assert out["refused"] is None and out["switch_error"] is None, out
+    assert out["call"] == {"value": True} and out["after"] is True
+    assert out["patched"] is (world == "ours") and out["keys"] == [world]
