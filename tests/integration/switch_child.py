@@ -881,6 +881,13 @@ def hooks_mode(workdir, seed, n):
             fired = (counts["pre"] - before["pre"], counts["post"] - before["post"])
             if fired != (1, 1):
                 problems.append(f"{when}: hooks fired {fired}")
+            # a call's end puts the module's forward wrapper of the world in place back (a switch landing in stock's
+            # nn.Module.__setattr__ there may leave the other one until the next call, which runs it correctly)
+            if model.__dict__.get("forward") is not m._self_proxy_forward:
+                problems.append(f"{when}: the wrapped module's forward is not the module's wrapper after a call")
+            fast = m._self_proxy_forward._self_wrapper.__func__.__module__.startswith(OURS)
+            if fast is not aitune_fast.patch._state.state().call_path:
+                problems.append(f"{when}: the module's forward wrapper is {'fast' if fast else 'stock'}")
 
     moves = {
         "call_path_on": lambda: aitune_fast.patch_aitune(call_path=True),
