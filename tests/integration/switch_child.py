@@ -1047,15 +1047,13 @@ def handoff_mode(workdir, start, limit):
         switcher, switch_box = in_thread(switch, aitune_fast, start == "stock")
         while not quiescence.GATES.standing and switcher.is_alive():
             time.sleep(0.001)  # the gates are closed: the worker's call meets one
+        held_before = getattr(quiescence.GATES, "_tickets", 0)  # the number of callers held so far
         go.set()
-        worker_held = False
-        while switcher.is_alive() and time.monotonic() - started < 60:
-            worker_held = worker_held or bool(quiescence.GATES.held)
-            time.sleep(0.001)
+        switcher.join(60)
         switch_s = time.monotonic() - started
         call.join(60)
         out = {
-            "worker_held": worker_held,
+            "held_calls": getattr(quiescence.GATES, "_tickets", 0) - held_before,
             "switch_s": round(switch_s, 2),
             "refused": switch_box.get("value"),
             "switch_error": switch_box.get("error"),
