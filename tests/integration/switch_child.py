@@ -17,6 +17,15 @@ Modes:
                    strategy's tune)
   fork AT          the process forks while another thread is inside ``patch_aitune()`` (AT: "waiting" for a
                    recording call in flight, or "converting" live objects); the child calls AITune and switches
+  hooks SEED N     three threads call one tuned module with a forward hook and a pre-hook, one call at a time,
+                   while the main thread makes N seeded switches (call path on, call path off, unpatch, patch):
+                   after each, the hooks are all in place and fire
+  hook_race WORLD  two calls of one tuned module overlap inside AITune's ``Module._forward`` (the second enters it
+                   while the first is held in its forward), in WORLD "stock" (aitune_fast blocked), "off"
+                   (patched, stock's call path) or "on" (aitune_fast's call path): which hooks are left after
+  handoff START LIMIT  a tuned module's forward hands the call of another tuned module to a worker thread and waits
+                   for it, while the main thread switches (START: "stock" patches, "patched" unpatches; LIMIT: the
+                   switch's wait for calls in flight, seconds)
 Needs tests/fixtures/tensorrt_stub on PYTHONPATH (AITune imports ``tensorrt``; the stand-in is not TensorRT).
 """
 
@@ -809,6 +818,254 @@ def forked_child(ait, torch, aitune_fast) -> dict:
     return out
 
 
+HOOK_CALLERS = 3  # threads calling the hooked module
+HOOK_PAUSE_S = 0.004  # the longest pause between two switches (seeded), while the callers run
+
+
+def hooked_module(ait, torch):
+    """A tuned one-graph module (TorchEager) whose wrapped module has a forward pre-hook and a forward hook, which
+    count their calls; (module, wrapped module, input, counts, the hooks' ids)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 4)).eval()
+    m = ait.Module(model, f"hooked-{random.random()}", strategy=quick_strategy(ait))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        m(x)
+    m.tune(device="cpu")
+    counts = {"pre": 0, "post": 0}
+
+    def pre(module, args):
+        counts["pre"] += 1
+
+    def post(module, args, output):
+        counts["post"] += 1
+
+    ids = (model.register_forward_pre_hook(pre).id, model.register_forward_hook(post).id)
+    return m, model, x, counts, ids
+
+
+def hooks_mode(workdir, seed, n):
+    """The callers take turns (a lock): no two calls of the module overlap, as stock AITune needs (its
+    ``Module._forward`` keeps the hooks it takes out on the shared module: see hook_race). The switches do not take
+    the lock: they land at any point of a call."""
+    ait, torch, aitune_fast, quiescence = setup()
+    rng = random.Random(int(seed))
+    m, model, x, counts, (pre_id, post_id) = hooked_module(ait, torch)
+    expected = m(x).detach()
+    turn = threading.Lock()
+    stop = threading.Event()
+    errors: list[str] = []
+    calls = [0]
+
+    def caller():
+        with torch.no_grad():
+            while not stop.is_set():
+                with turn:
+                    try:
+                        if not torch.equal(m(x), expected):
+                            errors.append("wrong output")
+                        calls[0] += 1
+                    except Exception as exc:  # noqa: BLE001 - reported to the parent
+                        errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    problems: list[str] = []
+
+    def check(when: str) -> None:
+        with turn:  # no call in flight: the hooks are where they belong and fire once each
+            left = (list(model._forward_pre_hooks), list(model._forward_hooks))
+            if left != ([pre_id], [post_id]):
+                problems.append(f"{when}: hooks left {left}")
+            before = dict(counts)
+            with torch.no_grad():
+                m(x)
+            fired = (counts["pre"] - before["pre"], counts["post"] - before["post"])
+            if fired != (1, 1):
+                problems.append(f"{when}: hooks fired {fired}")
+            # a call's end puts the module's forward wrapper of the world in place back (a switch landing in stock's
+            # nn.Module.__setattr__ there may leave the other one until the next call, which runs it correctly)
+            if model.__dict__.get("forward") is not m._self_proxy_forward:
+                problems.append(f"{when}: the wrapped module's forward is not the module's wrapper after a call")
+            fast = m._self_proxy_forward._self_wrapper.__func__.__module__.startswith(OURS)
+            if fast is not aitune_fast.patch._state.state().call_path:
+                problems.append(f"{when}: the module's forward wrapper is {'fast' if fast else 'stock'}")
+
+    moves = {
+        "call_path_on": lambda: aitune_fast.patch_aitune(call_path=True),
+        "call_path_off": lambda: aitune_fast.patch_aitune(call_path=False),
+        "unpatch": aitune_fast.unpatch_aitune,
+    }
+    threads = [threading.Thread(target=caller, daemon=True) for _ in range(HOOK_CALLERS)]
+    for t in threads:
+        t.start()
+    made = {name: 0 for name in moves}
+    refused = 0
+    for i in range(int(n)):
+        time.sleep(rng.uniform(0.0, HOOK_PAUSE_S))
+        name = rng.choice(sorted(moves))
+        try:
+            moves[name]()
+            made[name] += 1
+        except aitune_fast.patch.SwitchRefused:
+            refused += 1
+        check(f"switch {i} ({name})")
+    stop.set()
+    for t in threads:
+        t.join(60)
+    check("end")
+    return {
+        "problems": problems[:10],
+        "n_problems": len(problems),
+        "errors": sorted(set(errors))[:10],
+        "n_errors": len(errors),
+        "made": made,
+        "refused": refused,
+        "calls": calls[0],
+        "hooks_fired": counts["post"],
+    }
+
+
+def hook_race_mode(workdir, world):
+    """Call A is held inside the wrapped module's forward (AITune's ``Module._forward`` has taken the hooks out and
+    keeps them in ``_current_forward_hooks`` on the module); call B, which looked ``forward`` up before A took it
+    out, enters ``Module._forward`` then, takes the empty hook dicts for the module's and stores them in the same
+    place. Whatever the call path, the later of the two puts back empty dicts: the race is AITune's own."""
+    if world == "stock":
+        from child_kit import block_aitune_fast
+
+        block_aitune_fast()
+    import aitune.torch as ait
+    import torch
+
+    if world != "stock":
+        import aitune_fast
+
+        aitune_fast.patch_aitune(call_path=world == "on")
+    a_inside, release, b_waiting = threading.Event(), threading.Event(), threading.Event()
+
+    class Held(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            if threading.current_thread().name == "A" and b_waiting.is_set():
+                a_inside.set()
+                release.wait(30)
+            return self.lin(x)
+
+    model = Held().eval()
+    m = ait.Module(model, "raced", strategy=quick_strategy(ait))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        m(x)
+    m.tune(device="cpu")
+    fired: dict[str, list[str]] = {"A": [], "B": []}
+
+    def pre(module, args):
+        name = threading.current_thread().name
+        fired[name].append("pre")
+        if name == "B":  # B has looked `forward` up already; it goes on once A is inside
+            b_waiting.set()
+            a_inside.wait(30)
+
+    def post(module, args, output):
+        fired[threading.current_thread().name].append("post")
+
+    model.register_forward_pre_hook(pre)
+    model.register_forward_hook(post)
+    boxes = {}
+    threads = {}
+    for name in ("B", "A"):
+        box: dict = {}
+
+        def run(box=box):
+            try:
+                with torch.no_grad():
+                    box["ok"] = bool(torch.equal(m(x), model.lin(x)))
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                box["error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+        threads[name] = threading.Thread(target=run, name=name, daemon=True)
+        boxes[name] = box
+        threads[name].start()
+        if name == "B":
+            b_waiting.wait(30)
+    threads["B"].join(30)
+    release.set()
+    threads["A"].join(30)
+    return {
+        "overlapped": a_inside.is_set(),
+        "calls": {name: box for name, box in sorted(boxes.items())},
+        "fired": fired,
+        "hooks_left": {"pre": len(model._forward_pre_hooks), "post": len(model._forward_hooks)},
+    }
+
+
+def handoff_mode(workdir, start, limit):
+    """Call A of the outer module is inside its forward when the switch closes its gates; the forward then hands a
+    call of the inner module to a worker thread (a thread pool) and waits for its result. The worker's call meets
+    a closed gate while the switch waits for call A."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ait, torch, aitune_fast, quiescence = setup()
+    quiescence.CALLS_IN_FLIGHT_LIMIT_S = float(limit)
+    if start == "patched":
+        aitune_fast.patch_aitune()
+    pool = ThreadPoolExecutor(1)
+    inside, go = threading.Event(), threading.Event()
+    torch.manual_seed(0)
+    inner = ait.Module(torch.nn.Sequential(torch.nn.Linear(16, 16)).eval(), "inner", strategy=quick_strategy(ait))
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 4)
+            self.held = False
+
+        def forward(self, x):
+            if self.held:
+                self.held = False
+                inside.set()
+                go.wait(30)
+            return self.lin(pool.submit(inner, x).result())
+
+    model = Outer().eval()
+    outer = ait.Module(model, "outer", strategy=quick_strategy(ait))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        expected = model.lin(inner.__wrapped__(x))
+        outer(x)
+        inner(x)
+    inner.tune(device="cpu")
+    outer.tune(device="cpu")
+    model.held = True
+    with torch.no_grad():
+        call, call_box = in_thread(lambda: bool(torch.equal(outer(x), expected)))
+        inside.wait(30)
+        started = time.monotonic()
+        switcher, switch_box = in_thread(switch, aitune_fast, start == "stock")
+        while not quiescence.GATES.standing and switcher.is_alive():
+            time.sleep(0.001)  # the gates are closed: the worker's call meets one
+        held_before = getattr(quiescence.GATES, "_tickets", 0)  # the number of callers held so far
+        go.set()
+        switcher.join(60)
+        switch_s = time.monotonic() - started
+        call.join(60)
+        out = {
+            "held_calls": getattr(quiescence.GATES, "_tickets", 0) - held_before,
+            "switch_s": round(switch_s, 2),
+            "refused": switch_box.get("value"),
+            "switch_error": switch_box.get("error"),
+            "call": call_box,
+            "patched": aitune_fast.is_aitune_patched(),
+            "keys": sorted({w for m in (inner, outer) for w in key_worlds(m)}),
+            "after": bool(torch.equal(outer(x), expected)),
+        }
+    pool.shutdown()
+    return out
+
+
 MODES = {
     "in_flight": in_flight_mode,
     "tune": tune_mode,
@@ -819,6 +1076,9 @@ MODES = {
     "fork": fork_mode,
     "jit": jit_mode,
     "reentry": reentry_mode,
+    "hooks": hooks_mode,
+    "hook_race": hook_race_mode,
+    "handoff": handoff_mode,
 }
 
 if __name__ == "__main__":

@@ -162,3 +162,67 @@ def test_quiescent_rolls_the_journal_back_when_the_switch_raises_and_commits_whe
     with quiescent([], no_codes, "patch_aitune"):
         JOURNAL.apply(SetItem(world, "x", "old", "new"))
     assert world == {"x": "new"} and JOURNAL.edits == []
+
+
+def _when_gates_close(fn):
+    """``fn()`` in a thread as soon as a switch has closed its gates; the thread and its result box."""
+
+    def run():
+        deadline = time.monotonic() + 10
+        while not GATES.standing and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return fn()
+
+    return in_thread(run)
+
+
+def test_a_caller_held_while_the_calls_in_flight_wait_in_threading_is_let_through_before_the_switch(monkeypatch):
+    """A call in flight (a forward) hands a call to a worker thread and waits for it: the worker's call is held at a
+    gate, and the switch waits for the forward. Before: 'still running after' the limit, refused. Now, as the forward
+    waits in ``threading``, the held call is let through: it runs what was there before the switch, and the switch
+    waits for it (here past the forward's own return) before its first change."""
+    started = threading.Event()
+
+    def stock_slow(self, x: int) -> str:
+        started.set()
+        time.sleep(0.2)  # still running after the forward has returned
+        return f"stock {x}"
+
+    Metadata.call = stock_slow  # type: ignore[method-assign]
+    worker_box: dict = {}
+
+    def forward() -> None:
+        worker = threading.Thread(target=lambda: worker_box.setdefault("value", Metadata().call(7)), daemon=True)
+        worker.start()
+        started.wait(10)  # what a future's result(), a queue or a join does: wait in threading
+
+    monkeypatch.setattr(_quiescence, "CALLS_IN_FLIGHT_LIMIT_S", 2.0)
+    codes = Codes(calls=frozenset({forward.__code__}), long=frozenset())
+    caller, _ = _when_gates_close(forward)
+    began = time.monotonic()
+    with LOCK, quiescent([Entry(Metadata, "call")], codes, "patch_aitune"):
+        assert worker_box == {"value": "stock 7"}  # let through, and returned before the switch's first change
+        put(Metadata, "call", ours)
+    assert time.monotonic() - began < 1.5
+    caller.join(5)
+    assert Metadata().call(8) == "ours 8"
+
+
+def test_a_caller_held_while_a_call_in_flight_computes_waits_for_the_switch():
+    """Not let through while a call in flight runs code of its own (a forward computing): the held call runs what
+    the switch put in place."""
+    done: list[bool] = []
+
+    def computing() -> None:
+        while not done:
+            pass
+
+    thread, _ = in_thread(computing)
+    codes = Codes(calls=frozenset({computing.__code__}), long=frozenset())
+    caller, box = _when_gates_close(lambda: Metadata().call(9))
+    threading.Timer(0.3, lambda: done.append(True)).start()
+    with LOCK, quiescent([Entry(Metadata, "call")], codes, "patch_aitune"):
+        assert "value" not in box and not thread.is_alive()
+        put(Metadata, "call", ours)
+    caller.join(5)
+    assert box["value"] == "ours 9"

@@ -10,7 +10,10 @@ A switch (``patch_aitune()`` / ``unpatch_aitune()``) runs under :data:`LOCK` ins
    handler, a finalizer or a callback that runs in the middle of the switch) is refused with a RuntimeError;
 2. refuses at once (:class:`SwitchRefused`) while another thread tunes or saves or loads a checkpoint (minutes of
    work that holds metadata in local variables), and otherwise waits until no other thread runs AITune's metadata
-   code; a call still running after :data:`CALLS_IN_FLIGHT_LIMIT_S` makes the switch refuse;
+   code; a call still running after :data:`CALLS_IN_FLIGHT_LIMIT_S` makes the switch refuse. While every call in
+   flight waits in ``threading`` (a future's result, a queue, a join: maybe for a call its forward handed to
+   another thread), the callers held at the gates are let through (:meth:`_Gates.admit`): nothing is changed yet,
+   so they run in the world from before the switch, which waits for them as for the calls in flight;
 3. yields: the switch writes each change to the journal (``_journal``) before making it, so an exception or
    KeyboardInterrupt at any point is rolled back, by the switch itself or, when the roll back was interrupted too,
    by the next switch;
@@ -107,10 +110,17 @@ class _Gates:
         self.standing: dict[tuple[int, str], _Gate] = {}
         self.owner: int | None = None  # the switching thread
         self.pass_codes: frozenset[Any] = frozenset()
+        self._tickets = 0  # callers held so far (each took the next number)
+        self._held: set[int] = set()  # the numbers of the callers held now
+        self._admitted: set[int] = set()  # callers let through by admit that have not woken yet
+        self._passing: set[int] = set()  # callers let through by admit whose call has not returned
 
     def close(self, entries: list[Entry], pass_codes: frozenset[Any]) -> None:
         self.owner = threading.get_ident()
         self.pass_codes = pass_codes
+        with self.cond:  # what an earlier switch admitted is its own (a call still running is in flight anyway)
+            self._admitted.clear()
+            self._passing.clear()
         for entry in entries:
             key = (id(entry.owner), entry.attribute)
             under = vars(entry.owner).get(entry.attribute)
@@ -133,14 +143,41 @@ class _Gates:
             self.cond.notify_all()
 
     def reset_after_fork(self) -> None:
-        """In a forked child: the condition's lock may be held by a thread that does not exist there."""
+        """In a forked child: the condition's lock may be held by a thread that does not exist there, and the callers
+        counted held or passing are threads that do not exist there."""
         self.cond = threading.Condition(threading.Lock())
         self.owner = None
+        self._held, self._admitted, self._passing = set(), set(), set()
 
-    def wait(self, caller_frame: Any) -> None:
-        """Hold a caller from outside AITune's metadata code until the gates open; refuse one on the switching
-        thread itself (a signal handler, a finalizer, a callback run in the middle of the switch), which would run
-        in a half-switched world and cannot wait for a switch that waits for it."""
+    @property
+    def held(self) -> bool:
+        """Whether callers are held at the gates now."""
+        return bool(self._held)
+
+    @property
+    def passing(self) -> bool:
+        """Whether a caller let through by :meth:`admit` has not returned yet."""
+        return bool(self._passing)
+
+    def admit(self) -> None:
+        """Let the callers held now through, each for the one call it is making (the switch has changed nothing yet,
+        and waits for them: :attr:`passing`); callers held later wait as before."""
+        with self.cond:
+            new = self._held - self._passing
+            self._admitted |= new
+            self._passing |= new
+            self.cond.notify_all()
+
+    def passed(self, ticket: int) -> None:
+        """The call of the caller admitted under `ticket` returned."""
+        with self.cond:
+            self._passing.discard(ticket)
+
+    def wait(self, caller_frame: Any) -> int | None:
+        """Hold a caller from outside AITune's metadata code until the gates open, or until the switch admits it
+        (its number, which the caller gives :meth:`passed` when its call returns; else None); refuse one on the
+        switching thread itself (a signal handler, a finalizer, a callback run in the middle of the switch), which
+        would run in a half-switched world and cannot wait for a switch that waits for it."""
         me = threading.get_ident()
         if self.owner == me and self.standing:
             raise RuntimeError(
@@ -148,14 +185,31 @@ class _Gates:
                 "a finalizer or a callback run in the middle of patch_aitune() or unpatch_aitune()); it is refused "
                 "rather than run half-switched. Make the call after the switch returns."
             )
-        while self.standing and not _on_stack(caller_frame, self.pass_codes):
+        if not self.standing or _on_stack(caller_frame, self.pass_codes):
+            return None
+        with self.cond:
+            ticket = self._tickets
+            self._tickets += 1
+            self._held.add(ticket)
+        through = False
+        try:
+            while True:
+                with self.cond:
+                    if ticket in self._admitted or not self.standing:
+                        through = True
+                        return ticket if ticket in self._admitted else None
+                    self.cond.wait(_WAITER_POLL_S)
+                if self.standing and LOCK.acquire(blocking=False):
+                    try:  # nobody is switching (a switch holds the lock): gates an interrupted switch left standing
+                        self.open()
+                    finally:
+                        LOCK.release()
+        finally:
             with self.cond:
-                self.cond.wait(_WAITER_POLL_S)
-            if self.standing and LOCK.acquire(blocking=False):
-                try:  # nobody is switching (a switch holds the lock): gates an interrupted switch left standing
-                    self.open()
-                finally:
-                    LOCK.release()
+                self._held.discard(ticket)
+                self._admitted.discard(ticket)
+                if not through:  # interrupted (a KeyboardInterrupt while held): no call of its own to wait for
+                    self._passing.discard(ticket)
 
     def target(self, entry: Entry) -> Any:
         gate = self.standing.get((id(entry.owner), entry.attribute))
@@ -172,10 +226,14 @@ def _gateable(value: Any) -> bool:
 
 def _gate_function(entry: Entry) -> Any:
     def gate(*args: Any, **kwargs: Any) -> Any:
-        GATES.wait(sys._getframe(1))
-        target = GATES.target(entry)
-        function = target.__func__ if isinstance(target, staticmethod) else target
-        return function(*args, **kwargs)
+        admitted = GATES.wait(sys._getframe(1))
+        try:
+            target = GATES.target(entry)
+            function = target.__func__ if isinstance(target, staticmethod) else target
+            return function(*args, **kwargs)
+        finally:
+            if admitted is not None:
+                GATES.passed(admitted)
 
     gate.__wrapped__ = vars(entry.owner).get(entry.attribute)  # type: ignore[attr-defined]
     gate.__qualname__ = f"aitune_fast gate of {getattr(entry.owner, '__qualname__', entry.owner)}.{entry.attribute}"
@@ -232,14 +290,18 @@ def _refuse_long(codes: Codes, what: str) -> None:
         )
 
 
-def wait_for_calls(codes: Codes, what: str) -> None:
-    """Return once no other thread runs `codes.calls`; refuse while one runs `codes.long`, or after the limit."""
+def wait_for_calls(codes: Codes, what: str, admit: bool = False) -> None:
+    """Return once no other thread runs `codes.calls`; refuse while one runs `codes.long`, or after the limit.
+    `admit` (before the switch changes anything): while every call in flight waits in ``threading``, let the
+    callers held at the gates through (one of them may be what it waits for) and wait for them too."""
     deadline = time.monotonic() + CALLS_IN_FLIGHT_LIMIT_S
     while True:
         _refuse_long(codes, what)
         busy = in_flight(codes.calls)
-        if not busy:
+        if not busy and not (admit and GATES.passing):
             return
+        if admit and busy and GATES.held and _all_waiting_in_threading(busy):
+            GATES.admit()
         if time.monotonic() > deadline:
             raise SwitchRefused(
                 f"aitune_fast.{what}() refused: AITune calls in other threads were still running after "
@@ -247,6 +309,17 @@ def wait_for_calls(codes: Codes, what: str) -> None:
                 f"they have returned."
             )
         time.sleep(_POLL_S)
+
+
+def _all_waiting_in_threading(busy: list[tuple[int, Any]]) -> bool:
+    """Whether each thread of `busy` runs ``threading``'s code at its innermost frame: it waits for a lock, a
+    condition, an event, a future's result, a queue or a join (all of which wait in ``threading``)."""
+    frames = sys._current_frames()
+    for ident, _ in busy:
+        frame = frames.get(ident)
+        if frame is None or frame.f_code.co_filename != threading.__file__:
+            return False
+    return True
 
 
 def _on_own_stack(codes: Codes) -> bool:
@@ -266,7 +339,7 @@ def quiescent(entries: list[Entry], codes: Codes, what: str) -> Iterator[None]:
     GATES.close(entries, codes.calls)
     try:
         time.sleep(_ENTRY_GRACE_S)
-        wait_for_calls(codes, what)
+        wait_for_calls(codes, what, admit=True)
         JOURNAL.recording = True
         try:
             yield
