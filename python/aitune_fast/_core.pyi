@@ -4,6 +4,7 @@ The public modules (`aitune_fast.sample_metadata`, `.locator`, `.tensor_spec`,
 `.exact_sample_metadata`) re-export these classes; import them from there.
 """
 
+import enum
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, overload
 
@@ -18,6 +19,7 @@ __all__ = [
     "SampleMetadata",
     "ExactSampleMetadata",
     "_type_registry",
+    "_safe_enum_table",
     "_gc_objects_but_tuples",
     "_frames_running",
     "_still_running",
@@ -53,6 +55,9 @@ def _dlpack_stats() -> tuple[int, int]:
 
 def _type_registry() -> tuple[dict[type, bool], list[type]]:
     """The registered user types (with `only_tensors`) and the ignored types; for `aitune_fast.patch`."""
+
+def _safe_enum_table() -> dict[str, type[enum.Enum]]:
+    """The allow-list itself (`{qualified name: class}`), for `aitune_fast._safe_enums` to change."""
 
 def _gc_objects_but_tuples() -> list[Any]:
     """What `gc.get_objects()` lists, less the tuples, taken without running Python code (a tuple another thread
