@@ -346,3 +346,29 @@ def test_exact_metadata_keep_their_class(allowed):
     md = ExactSampleMetadata.from_inputs({"d": torch.device("cuda:1"), "e": Color.BLUE})
     for back in (ExactSampleMetadata.from_json(md.to_json()), ExactSampleMetadata.from_dict(md.to_dict())):
         assert type(back) is ExactSampleMetadata and back == md
+
+
+# ------------------------------------------------------------------------------------------------ the reference
+
+
+def test_values_round_trip_equal_as_through_the_reference_pickles(ref, fast, allowed):
+    # the reference's to_dict pickles devices and Enum members; ours writes them as tags: the values come back equal
+    from parity import md_snap
+
+    def build():
+        return {
+            "x": torch.zeros(2, 3),
+            "device": torch.device("cuda:1"),
+            "cpu": torch.device("cpu"),
+            "modes": [Color.BLUE, Level.LOW, Mode.FAST, Perm.W],
+            Color.RED: torch.zeros(1),
+        }
+
+    ref_md = ref.sample_metadata.SampleMetadata.from_inputs(build(), strict=True)
+    ref_back = ref.sample_metadata.SampleMetadata.from_dict(ref_md.to_dict())
+    md = SM.from_inputs(build(), strict=True)
+    expected = md_snap(ref, ref_back)
+    for back in (SM.from_json(md.to_json()), SM.from_dict(md.to_dict())):
+        assert md_snap(fast, back) == expected
+        assert [(str(loc), v) for loc, v in back.other_data] == [(str(loc), v) for loc, v in ref_back.other_data]
+        assert [type(v) for _, v in back.other_data] == [type(v) for _, v in ref_back.other_data]
