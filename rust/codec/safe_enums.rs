@@ -34,9 +34,17 @@ pub(super) fn allowed_name<'py>(
     if t.is_empty() {
         return None;
     }
-    t.iter()
-        .find(|(_, class)| class.is(ty))
-        .and_then(|(name, _)| name.cast_into::<PyString>().ok())
+    // `items()`: a snapshot, whatever another thread does to the list meanwhile
+    t.items().iter().find_map(|pair| {
+        let (name, class) = pair
+            .extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()
+            .ok()?;
+        if class.is(ty) {
+            name.cast_into::<PyString>().ok()
+        } else {
+            None
+        }
+    })
 }
 
 /// The member of an allowed Enum class `ty` (on the list as `name`) that `v` is, by its name;

@@ -342,6 +342,23 @@ def test_from_dict_errors_outside_the_parts_stay_value_errors():
     assert not isinstance(info.value, MetadataDecodeError)
 
 
+def test_errors_found_once_the_entries_are_read_name_the_reader_once():
+    md = SM.from_inputs({"a": 1, "b": 2}, strict=True)
+    doc = json.loads(md.to_json())
+    doc["other_data"][1]["locator"] = doc["other_data"][0]["locator"]
+    with pytest.raises(MetadataDecodeError) as info:
+        SM.from_json(json.dumps(doc))
+    # nowhere in particular in the text: placed at its start
+    assert info.value.msg == 'SampleMetadata.from_json: other_data[0] and other_data[1] have the same locator "a"'
+    assert info.value.pos == 0
+    data = md.to_dict()
+    part = json.loads(data["other_data"])
+    part["others"][1][0] = part["others"][0][0]
+    with pytest.raises(ValueError) as plain:
+        SM.from_dict({**data, "other_data": json.dumps(part).encode()})
+    assert str(plain.value) == 'SampleMetadata.from_dict: other_data[0] and other_data[1] have the same locator "a"'
+
+
 def test_exact_metadata_keep_their_class(allowed):
     md = ExactSampleMetadata.from_inputs({"d": torch.device("cuda:1"), "e": Color.BLUE})
     for back in (ExactSampleMetadata.from_json(md.to_json()), ExactSampleMetadata.from_dict(md.to_dict())):

@@ -71,7 +71,7 @@ fn read_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> CodecResult<(SampleMeta
             type_name(&phase)
         )));
     };
-    let mut b = Build::new(py, WHAT);
+    let mut b = Build::new(py);
     let mut legacy = false;
     let mut default_out: Option<bool> = None;
     let mut exact = false;
@@ -117,7 +117,9 @@ fn read_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> CodecResult<(SampleMeta
             }
         }
     }
-    let md = b.finish(strict, llm_phase, default_out.unwrap_or(false), !legacy)?;
+    let md = b
+        .finish(strict, llm_phase, default_out.unwrap_or(false), !legacy)
+        .map_err(|e| e.prefixed(WHAT))?;
     Ok((md, exact))
 }
 
