@@ -227,6 +227,8 @@ def test_documents_written_while_allowed_are_refused_once_removed(allowed):
         ({"$enum": ["posix.system", "touch /tmp/x"]}, "not allowed"),
         ({"$enum": ["builtins.eval", "1"]}, "not allowed"),
         ({"$enum": ["subprocess.Popen", "x"]}, "not allowed"),
+        ({"$enum": ["antigravity.Fly", "x"]}, "not allowed"),  # a module whose import opens a browser
+        ({"$enum": ["this.Zen", "x"]}, "not allowed"),  # a module whose import prints
         ({"$enum": [f"{__name__}.Color", "GREEN"]}, "has no member"),
         ({"$enum": [f"{__name__}.Color", "__class__"]}, "has no member"),
         ({"$enum": [f"{__name__}.Color", "_value2member_map_"]}, "has no member"),
@@ -237,7 +239,8 @@ def test_documents_written_while_allowed_are_refused_once_removed(allowed):
         ({"$enum": ["Color", "RED"]}, "not allowed"),  # the qualified name, never a short one
     ],
 )
-def test_hostile_or_malformed_enum_documents_are_refused_and_import_nothing(allowed, value, match, tmp_path):
+def test_hostile_or_malformed_enum_documents_are_refused_and_import_nothing(allowed, value, match, capsys):
+    assert "antigravity" not in sys.modules and "this" not in sys.modules
     modules = set(sys.modules)
     calls = []
     real_system = os.system
@@ -247,6 +250,7 @@ def test_hostile_or_malformed_enum_documents_are_refused_and_import_nothing(allo
     finally:
         os.system = real_system
     assert calls == [] and set(sys.modules) == modules
+    assert capsys.readouterr() == ("", "")
 
 
 def test_decoding_devices_and_enums_imports_nothing(allowed):
