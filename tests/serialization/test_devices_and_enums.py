@@ -326,6 +326,25 @@ def test_other_types_name_the_ways_out(value):
         assert "pickle" in message and "strict=False" in message and "add_safe_enums" in message
 
 
+class Sneaky:
+    """Claims to be an Enum member through ``__class__`` (which isinstance would ask) and counts the asks."""
+
+    asked = 0
+
+    @property  # type: ignore[misc]
+    def __class__(self):
+        type(self).asked += 1
+        return Color
+
+
+def test_refusing_an_object_asks_nothing_of_it():
+    md = other_md(Sneaky())
+    for encode in (md.to_json, md.to_dict):
+        with pytest.raises(TypeError, match="Sneaky cannot be encoded exactly.*pickle"):
+            encode()
+    assert Sneaky.asked == 0
+
+
 # ------------------------------------------------------------------------------------------------ from_dict errors
 
 

@@ -61,8 +61,9 @@ fn unsupported(v: &Bound<'_, PyAny>) -> CodecError {
         .fully_qualified_name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| type_name(v));
+    // by the type's MRO: no `__class__` of the value's own is asked
     let is_enum = enum_class(v.py())
-        .and_then(|e| v.is_instance(e))
+        .and_then(|e| ty.is_subclass(e))
         .unwrap_or(false);
     let way_out = if is_enum {
         let short = ty.name().map(|n| n.to_string()).unwrap_or_default();
@@ -501,7 +502,7 @@ impl<'py> Enc<'py> {
             self.leave();
             return Ok(());
         }
-        if v.is_instance(enum_class(self.py)?)? {
+        if v.get_type().is_subclass(enum_class(self.py)?)? {
             // json_serialize writes an Enum member's value
             return self.lossy(&v.getattr(pyo3::intern!(self.py, "_value_"))?);
         }
