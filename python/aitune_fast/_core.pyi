@@ -4,6 +4,7 @@ The public modules (`aitune_fast.sample_metadata`, `.locator`, `.tensor_spec`,
 `.exact_sample_metadata`) re-export these classes; import them from there.
 """
 
+import enum
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, final, overload
 
@@ -18,6 +19,7 @@ __all__ = [
     "SampleMetadata",
     "ExactSampleMetadata",
     "_type_registry",
+    "_safe_enum_table",
     "_gc_objects_but_tuples",
     "_frames_running",
     "_still_running",
@@ -54,6 +56,9 @@ def _dlpack_stats() -> tuple[int, int]:
 
 def _type_registry() -> tuple[dict[type, bool], list[type]]:
     """The registered user types (with `only_tensors`) and the ignored types; for `aitune_fast.patch`."""
+
+def _safe_enum_table() -> dict[str, type[enum.Enum]]:
+    """The allow-list itself (`{qualified name: class}`), for `aitune_fast._safe_enums` to change."""
 
 def _gc_objects_but_tuples() -> list[Any]:
     """What `gc.get_objects()` lists, less the tuples, taken without running Python code (a tuple another thread
@@ -270,12 +275,20 @@ class SampleMetadata:
         """Rebuild metadata from `to_dict()` output (of the class that wrote it, as `from_json`), or
         from a dict written by the reference (its pickled data is read by a restricted reader that
         runs nothing; a `SampleMetadata`, as the reference's `from_dict` returns).
+
+        What is wrong inside a part's JSON text raises `aitune_fast.MetadataDecodeError` placed in that
+        text; a wrong key or value type of the dict, or a refused pickle, a `ValueError`. Enum members
+        are read back only while their class is allowed (`aitune_fast.add_safe_enums`).
         """
     def to_dict(self) -> dict[str, Any]:
         """A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
         whose data uses aitune_fast's versioned encoding: no pickle.
 
         An `ExactSampleMetadata`'s dict names its class.
+
+        Other values are kept exactly: plain Python data, `torch.dtype`, `torch.device`, and members of
+        Enum classes allowed with `aitune_fast.add_safe_enums`; any other value raises `TypeError`
+        naming the ways out (the allow-list, `pickle`, `strict=False`).
         """
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
@@ -285,6 +298,10 @@ class SampleMetadata:
     def to_json(self) -> str:
         """The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
         needs (see `from_json`), and for an `ExactSampleMetadata` its class.
+
+        Other values as `to_dict()` keeps them: plain Python data, `torch.dtype`, `torch.device`, and
+        members of Enum classes allowed with `aitune_fast.add_safe_enums`; anything else is a
+        `TypeError` naming the ways out.
         """
     @staticmethod
     def from_json(text: str | bytes | bytearray | memoryview) -> SampleMetadata:

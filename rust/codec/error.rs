@@ -4,8 +4,10 @@
 //! An error either came from Python (a user's `__hash__`, a `MemoryError`, a `KeyboardInterrupt`)
 //! and is passed on as it is, or is a refusal of the codec's own: a kind (`ValueError`,
 //! `TypeError`, `RecursionError`), a message, and, while decoding text, the byte offset and the
-//! entry it was found in. The line and column are worked out from the offset only when the error
-//! is reported. No message is ever read back from an exception.
+//! entry it was found in. A `ValueError` refusal in text (`from_json`, a `from_dict` part) becomes a
+//! `MetadataDecodeError` placed there ([`CodecError::into_decode_error`]; Python's
+//! `JSONDecodeError` works out the line and column). No message is ever read back from an
+//! exception.
 
 use std::borrow::Cow;
 
@@ -15,7 +17,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyString, PyType};
 use pyo3::PyTypeInfo;
 
-use super::syntax::read::{line_column, JsonError};
+use super::syntax::read::JsonError;
 
 /// The Python exception class a refusal becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,30 +167,8 @@ impl CodecError {
         }
     }
 
-    /// Placed refusals of a decoder of `src` (called `what` in messages) made final: the message
-    /// says `what`, the entry, and where (line, column, byte). Anything else unchanged.
-    #[cold]
-    pub fn locate(self, what: &str, src: &[u8]) -> CodecError {
-        self.map_refusal(|r| {
-            let Some(pos) = r.pos.take() else {
-                return;
-            };
-            let pos = pos.min(src.len());
-            let (line, col) = line_column(src, pos);
-            let entry = match r.entry.take() {
-                Some((list, i)) => format!("{list}[{i}]: "),
-                None => String::new(),
-            };
-            r.msg = format!(
-                "{what}: {entry}{} (line {line} column {col}, byte {pos})",
-                r.msg
-            )
-            .into();
-        })
-    }
-
-    /// The Python exception `from_json` raises for this error in `doc` (the text read, `src` its
-    /// UTF-8): a refusal that is a `ValueError` becomes an `aitune_fast.MetadataDecodeError` (a
+    /// The Python exception `from_json` (and `from_dict`, for a part) raises for this error in
+    /// `doc` (the text read, `src` its UTF-8): a refusal that is a `ValueError` becomes an `aitune_fast.MetadataDecodeError` (a
     /// `json.JSONDecodeError`) saying `what`, the entry and the message, placed at the character
     /// of `doc` where it was found (its start when nowhere in particular); anything else is
     /// [`CodecError::into_pyerr`].
@@ -221,7 +201,7 @@ impl CodecError {
     }
 
     /// The Python exception: the one place a codec error becomes one, where Python called the
-    /// codec (a refusal still placed in a text should have been [`CodecError::locate`]d).
+    /// codec (a refusal placed in a text goes through [`CodecError::into_decode_error`]).
     #[cold]
     pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
         let r = match self {
@@ -273,8 +253,7 @@ mod tests {
             let e = CodecError::refusing::<PyTypeError>(py, memory, "must be hashable")
                 .at(3)
                 .in_entry("others", 0)
-                .prefixed("to_json")
-                .locate("from_json", b"[1, 2]");
+                .prefixed("to_json");
             let e = e.into_pyerr(py);
             assert!(e.is_instance_of::<PyMemoryError>(py));
             assert_eq!(message(py, &e), "out of memory");
@@ -296,26 +275,23 @@ mod tests {
     }
 
     #[test]
-    fn placed_refusals_say_where_once_reported() {
-        Python::attach(|py| {
-            let src = b"{\n  \"a\": [1,\n  x]}";
-            let e = CodecError::invalid_at(15, "unexpected 'x'")
-                .at(0) // placed once: the first place stays
-                .in_entry("tensor_data", 2)
-                .in_entry("paths", 9) // the innermost entry stays
-                .locate("SampleMetadata.from_json", src)
-                .into_pyerr(py);
-            assert!(e.is_instance_of::<PyValueError>(py));
-            assert_eq!(
-                message(py, &e),
-                "SampleMetadata.from_json: tensor_data[2]: unexpected 'x' (line 3 column 3, byte 15)"
-            );
-            // past the end of the text: the end
-            let e = CodecError::invalid_at(99, "cut")
-                .locate("w", b"ab")
-                .into_pyerr(py);
-            assert_eq!(message(py, &e), "w: cut (line 1 column 3, byte 2)");
-        });
+    fn refusals_are_placed_once_in_their_innermost_entry() {
+        let e = CodecError::invalid_at(15, "unexpected 'x'")
+            .at(0) // placed once: the first place stays
+            .in_entry("tensor_data", 2)
+            .in_entry("paths", 9); // the innermost entry stays
+        let CodecError::Refused(r) = e else {
+            panic!("a refusal")
+        };
+        assert_eq!(
+            (r.kind, r.pos, r.entry),
+            (Kind::Value, Some(15), Some(("tensor_data", 2)))
+        );
+        // only ValueErrors are placed
+        let CodecError::Refused(r) = CodecError::type_error("t").at(3) else {
+            panic!("a refusal")
+        };
+        assert_eq!(r.pos, None);
     }
 
     #[test]
@@ -336,7 +312,6 @@ mod tests {
                 .at(4)
                 .in_entry("other_data", 0)
                 .prefixed("SampleMetadata.to_json: other_data[0] cannot be encoded")
-                .locate("w", b"text")
                 .into_pyerr(py);
             assert!(e.is_instance_of::<PyTypeError>(py));
             assert_eq!(

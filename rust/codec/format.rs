@@ -32,7 +32,15 @@
 //! `$`), and one-key tagged objects: `{"$tuple": [...]}`, `{"$set": [...]}`, `{"$frozenset":
 //! [...]}`, `{"$dict": [[key, value], ...]}` (any other dict), `{"$bytes": "hex"}`, `{"$complex":
 //! [real, imag]}`, `{"$dtype": "torch.<name>"}`, `{"$float": "nan"|"inf"|"-inf"}` (a float that
-//! is not finite, also as a part of `$complex` and as a multiplier).
+//! is not finite, also as a part of `$complex` and as a multiplier), `{"$device": "<type>[:<index>]"}`
+//! (a `torch.device`: its `str()`, read back by `torch.device` alone, refused unless the device made
+//! has that `str()`) and `{"$enum": ["<module>.<QualName>", "<member>"]}` (a member of an Enum class
+//! on the user's allow-list, `safe_enums`, read back only while the class is on it; nothing a
+//! document names is imported).
+//!
+//! `$device` and `$enum` were added within version 2 (and the parts' version 1): a reader from
+//! before them refuses a document holding one as an unknown tag, and nothing else changed, so no
+//! reader misreads one.
 //!
 //! The text is RFC 8259 JSON: no `NaN`/`Infinity` tokens. The LOSSY `value` and `semantic_path`
 //! write a float that is not finite as the string `"NaN"`, `"Infinity"` or `"-Infinity"` (where

@@ -11,13 +11,16 @@
 //! - `syntax/`: JSON text itself, in plain Rust (`read`, `write`).
 //! - `error`: the one error type (`CodecError`), made a Python exception only where Python called.
 //! - `json_dict`: `to_json_dict()`, the reference's JSON-ready dict.
-//! - `shared`: what both sides use (torch dtypes by name, type names, the one-shape rule).
+//! - `safe_enums`: the Enum classes the user allowed (`$enum`), looked up by name, never imported.
+//! - `shared`: what both sides use (torch dtypes by name, devices by text, type names, the
+//!   one-shape rule).
 
 pub mod decode;
 pub mod encode;
 pub mod error;
 pub mod format;
 pub mod json_dict;
+pub mod safe_enums;
 mod shared;
 pub mod syntax;
 

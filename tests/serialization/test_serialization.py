@@ -179,6 +179,8 @@ def _mini_errors(schema, value, root, path="") -> list[str]:
         errors.append(f"{path}: {value!r} is not one of {schema['enum']}")
     if "pattern" in schema and isinstance(value, str) and not re.search(schema["pattern"], value):
         errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
+    if "maxLength" in schema and isinstance(value, str) and len(value) > schema["maxLength"]:
+        errors.append(f"{path}: longer than {schema['maxLength']}")
     if "not" in schema and not _mini_errors(schema["not"], value, root, path):
         errors.append(f"{path}: {value!r} should not match {schema['not']}")
     if "anyOf" in schema and all(_mini_errors(s, value, root, path) for s in schema["anyOf"]):
@@ -774,6 +776,14 @@ def test_the_schema_ships_with_the_package_and_is_valid():
         lambda d: d["other_data"][0].update(exact_value={"$tuple": 1}),
         lambda d: d["other_data"][0].update(exact_value={"$unknown": []}),
         lambda d: d["other_data"][0].update(exact_value={"$bytes": "xyz"}),
+        lambda d: d["other_data"][0].update(exact_value={"$device": "CPU"}),
+        lambda d: d["other_data"][0].update(exact_value={"$device": "cuda:01"}),
+        lambda d: d["other_data"][0].update(exact_value={"$device": "cuda:1 "}),
+        lambda d: d["other_data"][0].update(exact_value={"$device": "x" * 65}),
+        lambda d: d["other_data"][0].update(exact_value={"$device": 1}),
+        lambda d: d["other_data"][0].update(exact_value={"$enum": ["m.Color"]}),
+        lambda d: d["other_data"][0].update(exact_value={"$enum": ["m.Color", 1]}),
+        lambda d: d["other_data"][0].update(exact_value={"$enum": "m.Color.RED"}),
     ],
 )
 def test_the_schema_refuses_what_from_json_refuses(mutate):
@@ -785,6 +795,17 @@ def test_the_schema_refuses_what_from_json_refuses(mutate):
     assert _mini_errors(sample_metadata_schema(), doc, sample_metadata_schema())
     with pytest.raises(ValueError):
         SM.from_json(json.dumps(doc))
+
+
+def test_the_schema_admits_devices_and_allowed_enum_members():
+    md = SM.from_inputs({"x": t((2,)), "d": [torch.device("cuda:1"), torch.device("cpu")], "c": Color.RED}, strict=True)
+    aitune_fast.add_safe_enums([Color])
+    try:
+        doc = json.loads(md.to_json())
+    finally:
+        aitune_fast.remove_safe_enums([Color])
+    assert doc["other_data"][-1]["exact_value"] == {"$enum": [f"{Color.__module__}.Color", "RED"]}
+    validate_schema(doc)
 
 
 # ------------------------------------------------------------------------------------------------ malformed text
@@ -1508,6 +1529,15 @@ def test_the_memo_bomb_costs_nothing():
 
 # ------------------------------------------------------------------------------------------------ fuzz
 
+
+class FuzzedEnum(enum.Enum):
+    """Allowed for the whole session (no other test uses it): fuzzed documents hold its members."""
+
+    A = 1
+    B = 2
+
+
+aitune_fast.add_safe_enums([FuzzedEnum])
 _SEED_MDS = [
     BASE,
     CASES["strict_scalars"](),
@@ -1515,6 +1545,9 @@ _SEED_MDS = [
     CASES["outputs"](),
     learned_metadata((2, 4)),
     SM((), ((Locator(((1, ObjectType.SEQUENCE),)), {"$a": [(), {1.5}, b"x", 1j, torch.int8]}),), True, "decode"),
+    SM.from_inputs(
+        {"d": [torch.device("cuda:1"), torch.device("cpu")], "e": {FuzzedEnum.A: FuzzedEnum.B}}, strict=True
+    ),
 ]
 SEED_TEXTS = [md.to_json() for md in _SEED_MDS]
 SEED_PARTS = [md.to_dict() for md in _SEED_MDS]
@@ -1543,6 +1576,9 @@ VOCAB = [
     "$bytes",
     "$complex",
     "$dtype",
+    "$device",
+    "$enum",
+    "cuda:1",
     "aitune_fast.sample_metadata",
     "aitune_fast.sample_metadata.tensor_data",
     "aitune_fast.sample_metadata.other_data",

@@ -60,7 +60,6 @@ pub(super) struct TensorDims<'a> {
 
 pub(super) struct Build<'py> {
     pub(super) py: Python<'py>,
-    what: &'static str,
     arena: Arena,
     /// `(parent, kind + 4 * accessor type, key hash)` -> node, for Str accessors and, once
     /// `indexed`, Int accessors too
@@ -87,10 +86,9 @@ pub(super) struct Build<'py> {
 }
 
 impl<'py> Build<'py> {
-    pub(super) fn new(py: Python<'py>, what: &'static str) -> Build<'py> {
+    pub(super) fn new(py: Python<'py>) -> Build<'py> {
         Build {
             py,
-            what,
             arena: Arena::with_capacity(64),
             dedup: FastMap::default(),
             dense: Vec::new(),
@@ -422,8 +420,7 @@ impl<'py> Build<'py> {
             if let Some((i, j)) = self.find_dup(nodes)? {
                 if reject_duplicates {
                     return Err(CodecError::value(format!(
-                        "{}: {list}[{i}] and {list}[{j}] have the same locator {:?}",
-                        self.what,
+                        "{list}[{i}] and {list}[{j}] have the same locator {:?}",
                         self.arena.display_path_lossy(py, nodes[j], default_out)
                     )));
                 }

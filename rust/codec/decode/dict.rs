@@ -1,5 +1,7 @@
 //! `from_dict()`: the dict's keys and values checked, each part read as aitune_fast's JSON or the
-//! reference's pickle.
+//! reference's pickle. What a part's JSON text holds wrongly raises `MetadataDecodeError` placed in
+//! that text (as `from_json`); the dict's own keys and values, and reference pickles, a
+//! `ValueError`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyString};
@@ -11,7 +13,7 @@ use crate::codec::syntax::read::Parser;
 use crate::metadata::SampleMetadata;
 
 use super::build::Build;
-use super::doc::{read_doc, Doc};
+use super::doc::{read_doc, Doc, DocInfo};
 use super::legacy::{legacy_others, legacy_rows, legacy_tensors};
 
 const DICT_KEYS: [&str; 4] = ["tensor_data", "other_data", "strict", "llm_phase"];
@@ -69,7 +71,7 @@ fn read_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> CodecResult<(SampleMeta
             type_name(&phase)
         )));
     };
-    let mut b = Build::new(py, WHAT);
+    let mut b = Build::new(py);
     let mut legacy = false;
     let mut default_out: Option<bool> = None;
     let mut exact = false;
@@ -89,13 +91,7 @@ fn read_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> CodecResult<(SampleMeta
         };
         match bytes.first() {
             Some(b'{') => {
-                let what = if doc == Doc::Tensors {
-                    "SampleMetadata.from_dict: tensor_data"
-                } else {
-                    "SampleMetadata.from_dict: other_data"
-                };
-                let mut p = Parser::new(bytes, false);
-                let info = read_doc(py, &mut p, &mut b, doc).map_err(|e| e.locate(what, bytes))?;
+                let info = read_json_part(py, &mut b, doc, bytes)?;
                 default_out.get_or_insert(info.is_output);
                 exact |= info.exact;
             }
@@ -121,6 +117,28 @@ fn read_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> CodecResult<(SampleMeta
             }
         }
     }
-    let md = b.finish(strict, llm_phase, default_out.unwrap_or(false), !legacy)?;
+    let md = b
+        .finish(strict, llm_phase, default_out.unwrap_or(false), !legacy)
+        .map_err(|e| e.prefixed(WHAT))?;
     Ok((md, exact))
+}
+
+/// A part written by `to_dict` (`bytes`, JSON text) read into `b`: a refusal in it is a
+/// `MetadataDecodeError` placed in that text (as `from_json`'s).
+fn read_json_part<'py>(
+    py: Python<'py>,
+    b: &mut Build<'py>,
+    doc: Doc,
+    bytes: &[u8],
+) -> CodecResult<DocInfo> {
+    let what = if doc == Doc::Tensors {
+        "SampleMetadata.from_dict: tensor_data"
+    } else {
+        "SampleMetadata.from_dict: other_data"
+    };
+    let mut p = Parser::new(bytes, false);
+    read_doc(py, &mut p, b, doc).map_err(|e| {
+        let text = PyString::new(py, &String::from_utf8_lossy(bytes));
+        CodecError::Python(e.into_decode_error(py, what, &text, bytes))
+    })
 }

@@ -403,7 +403,7 @@ pub fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<(SampleMet
             }
         }
         let mut p = Parser::new(src, true);
-        let mut b = Build::new(py, WHAT);
+        let mut b = Build::new(py);
         let info = read_doc(py, &mut p, &mut b, Doc::Full)?;
         let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;
         Ok((md, info.exact))

@@ -9,7 +9,8 @@ use pyo3::types::{
 
 use crate::codec::error::{CodecError, CodecResult};
 
-use crate::codec::shared::dtype_named;
+use crate::codec::safe_enums::member_of;
+use crate::codec::shared::{device_named, dtype_named};
 use crate::codec::syntax::read::{JNum, JStr, Parser, Tok};
 
 /// A Python str from a JSON string (lone surrogates included).
@@ -95,6 +96,8 @@ fn read_tagged<'py>(
         "$bytes" => read_bytes(py, p, vat),
         "$complex" => read_complex(py, p, vat),
         "$dtype" => read_dtype_tag(py, p, vat),
+        "$device" => read_device_tag(py, p, vat),
+        "$enum" => read_enum_tag(py, p, vat),
         "$float" => Ok(PyFloat::new(py, read_float_tag(p, vat)?).into_any()),
         _ => Err(CodecError::invalid_at(kat, format!("unknown tag {tag:?}"))),
     }
@@ -230,16 +233,56 @@ fn read_dtype_tag<'py>(
     p: &mut Parser<'_>,
     vat: usize,
 ) -> CodecResult<Bound<'py, PyAny>> {
-    let s = match p.peek()? {
-        Tok::Str => p.string()?,
-        t => {
-            return Err(CodecError::invalid_at(
-                p.pos,
-                format!("$dtype holds a string, found {}", t.name()),
-            ))
-        }
-    };
+    let s = tag_string(p, "$dtype")?;
     dtype_named(py, s.as_str().unwrap_or("?")).map_err(|e| e.at(vat))
+}
+
+/// A string value of tag `tag` (a refusal at the value if it is another JSON value), with its
+/// text (`"?"` for lone surrogates, which no name holds).
+fn tag_string<'a>(p: &mut Parser<'a>, tag: &str) -> CodecResult<JStr<'a>> {
+    match p.peek()? {
+        Tok::Str => Ok(p.string()?),
+        t => Err(CodecError::invalid_at(
+            p.pos,
+            format!("{tag} holds a string, found {}", t.name()),
+        )),
+    }
+}
+
+/// A `$device`: a torch device by its `str()`, made by `torch.device` (see `shared`).
+fn read_device_tag<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    vat: usize,
+) -> CodecResult<Bound<'py, PyAny>> {
+    let s = tag_string(p, "$device")?;
+    device_named(py, s.as_str().unwrap_or("?")).map_err(|e| e.at(vat))
+}
+
+/// An `$enum`: `[class name, member name]`, a member of a class on the allow-list
+/// (`safe_enums`).
+fn read_enum_tag<'py>(
+    py: Python<'py>,
+    p: &mut Parser<'_>,
+    vat: usize,
+) -> CodecResult<Bound<'py, PyAny>> {
+    let not_a_pair = || CodecError::invalid_at(vat, "$enum holds [class name, member name]");
+    if p.peek()? != Tok::Arr {
+        return Err(not_a_pair());
+    }
+    p.arr_begin()?;
+    let mut f = true;
+    let mut names = [String::new(), String::new()];
+    for name in names.iter_mut() {
+        if !p.arr_next(&mut f)? || p.peek()? != Tok::Str {
+            return Err(not_a_pair());
+        }
+        *name = p.string()?.as_str().unwrap_or("?").to_owned();
+    }
+    if p.arr_next(&mut f)? {
+        return Err(not_a_pair());
+    }
+    member_of(py, &names[0], &names[1]).map_err(|e| e.at(vat))
 }
 
 fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> CodecResult<Bound<'py, PyList>> {

@@ -13,7 +13,8 @@ use pyo3::types::{
 use crate::codec::error::{CodecError, CodecResult};
 
 use super::sink::StrSink;
-use crate::codec::shared::{is_dtype, type_name};
+use crate::codec::safe_enums;
+use crate::codec::shared::{enum_class, is_device, is_device_text, is_dtype, type_name};
 use crate::codec::syntax::write as jt;
 use crate::codec::syntax::MAX_NESTING;
 use crate::metadata::View;
@@ -26,7 +27,8 @@ use crate::tensor_spec::{dtype_obj, Dim, FOREIGN_DTYPE};
 pub const MAX_REPEATED_TEXT: usize = 4 << 20;
 
 const SUPPORTED: &str = "None, bool, int, float, str, bytes, complex, list, tuple, dict, set, \
-                         frozenset and torch.dtype";
+                         frozenset, torch.dtype, torch.device and members of Enum classes allowed \
+                         with aitune_fast.add_safe_enums()";
 
 /// A JSON string of `t`; lone surrogates are written as `\\uXXXX` escapes.
 pub(super) fn write_text(out: &mut String, t: &Text) -> CodecResult<()> {
@@ -50,6 +52,32 @@ fn nonfinite_name(v: f64) -> &'static str {
     } else {
         "-inf"
     }
+}
+
+/// The `TypeError` for a value of a type neither encoding holds, naming the ways out.
+fn unsupported(v: &Bound<'_, PyAny>) -> CodecError {
+    let ty = v.get_type();
+    let full = ty
+        .fully_qualified_name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| type_name(v));
+    // by the type's MRO: no `__class__` of the value's own is asked
+    let is_enum = enum_class(v.py())
+        .and_then(|e| ty.is_subclass(e))
+        .unwrap_or(false);
+    let way_out = if is_enum {
+        let short = ty.name().map(|n| n.to_string()).unwrap_or_default();
+        format!(
+            "allow its class first with aitune_fast.add_safe_enums([{short}]) (the reader needs \
+             the same call), or"
+        )
+    } else {
+        "keep such values with pickle (pickle.dumps(metadata) or torch.save), or".to_owned()
+    };
+    CodecError::type_error(format!(
+        "a value of type {full} cannot be encoded exactly (supported: {SUPPORTED}); {way_out} \
+         build the metadata with strict=False, which keeps no other values"
+    ))
 }
 
 fn pair_error() -> CodecError {
@@ -359,15 +387,44 @@ impl<'py> Enc<'py> {
             let s = v.str()?;
             self.pystr(&s)?;
             self.close('}');
+        } else if is_device(py, v)? {
+            self.device(v)?;
         } else {
-            return Err(CodecError::type_error(format!(
-                "a value of type {} cannot be encoded exactly (supported: {SUPPORTED})",
-                v.get_type()
-                    .fully_qualified_name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|_| type_name(v))
+            self.enum_member(v)?;
+        }
+        Ok(())
+    }
+
+    /// A `torch.device`: `{"$device": str(device)}`.
+    fn device(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
+        let s = v.str()?;
+        let text = s.to_str()?;
+        if !is_device_text(text) {
+            return Err(CodecError::value(format!(
+                "the torch.device {text:?} has no text that reads back as the same device"
             )));
         }
+        self.tagged_open("$device")?;
+        jt::write_str(&mut self.out, text);
+        self.close('}');
+        Ok(())
+    }
+
+    /// A member of an Enum class on the allow-list: `{"$enum": [class name, member name]}`;
+    /// any other value is a `TypeError` saying what can be done.
+    fn enum_member(&mut self, v: &Bound<'_, PyAny>) -> CodecResult<()> {
+        let ty = v.get_type();
+        let Some(name) = safe_enums::allowed_name(self.py, &ty) else {
+            return Err(unsupported(v));
+        };
+        let member = safe_enums::member_name(v, &ty, &name)?;
+        self.tagged_open("$enum")?;
+        self.out.push('[');
+        self.pystr(&name)?;
+        self.out.push(',');
+        self.pystr(&member)?;
+        self.out.push(']');
+        self.close('}');
         Ok(())
     }
 
@@ -445,7 +502,11 @@ impl<'py> Enc<'py> {
             self.leave();
             return Ok(());
         }
-        // frozenset, bytes, complex, dtype: json_serialize falls back to str()
+        if v.get_type().is_subclass(enum_class(self.py)?)? {
+            // json_serialize writes an Enum member's value
+            return self.lossy(&v.getattr(pyo3::intern!(self.py, "_value_"))?);
+        }
+        // frozenset, bytes, complex, dtype, device: json_serialize falls back to str()
         let s = v.str()?;
         self.pystr(&s)
     }

@@ -1,6 +1,6 @@
 //! The JSON text reader: a pull parser over bytes. It checks the grammar strictly (RFC 8259 plus
-//! the three float tokens), bounds nesting, and reports every error with its byte offset (the
-//! line and column are found from it only when the error is reported: [`line_column`]). It never
+//! the three float tokens), bounds nesting, and reports every error with its byte offset (Python's
+//! `JSONDecodeError` finds the line and column from it when the error is reported). It never
 //! panics on any input.
 
 use std::borrow::Cow;
@@ -29,18 +29,6 @@ impl JsonError {
 
 /// The result of a read.
 pub type JsonResult<T> = Result<T, JsonError>;
-
-/// Line and column (both from 1; the column counts bytes) of byte `pos` of `src` (clamped to its
-/// end).
-pub fn line_column(src: &[u8], pos: usize) -> (usize, usize) {
-    let before = &src[..pos.min(src.len())];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let col = match before.iter().rposition(|&b| b == b'\n') {
-        Some(nl) => before.len() - nl,
-        None => before.len() + 1,
-    };
-    (line, col)
-}
 
 /// A string read from JSON: borrowed when it had no escapes, owned otherwise; `Wtf8` when it holds
 /// lone surrogates (encoded as `surrogatepass` UTF-8, for Python to decode).
@@ -865,15 +853,5 @@ mod tests {
         p.skip().unwrap();
         assert!(p.obj_next(&mut first).unwrap().is_none());
         p.end().unwrap();
-    }
-
-    #[test]
-    fn line_and_column_are_found_from_the_offset() {
-        let src = b"ab\ncd\n\nx";
-        assert_eq!(line_column(src, 0), (1, 1));
-        assert_eq!(line_column(src, 2), (1, 3));
-        assert_eq!(line_column(src, 3), (2, 1));
-        assert_eq!(line_column(src, 7), (4, 1));
-        assert_eq!(line_column(src, 99), (4, 2));
     }
 }

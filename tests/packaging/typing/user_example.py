@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 import weakref
 from typing import Literal
 
@@ -62,3 +63,20 @@ def patched() -> bool:
 
 def watch(md: SampleMetadata) -> weakref.ref[SampleMetadata]:
     return weakref.ref(md)
+
+
+class Mode(enum.Enum):
+    FAST = 1
+    EXACT = 2
+
+
+def with_modes(md: SampleMetadata) -> SampleMetadata:
+    aitune_fast.add_safe_enums([Mode])
+    try:
+        allowed: list[type[enum.Enum]] = aitune_fast.get_safe_enums()
+        assert Mode in allowed
+        return SampleMetadata.from_json(md.to_json())
+    except aitune_fast.MetadataDecodeError as e:
+        raise ValueError(f"{e.msg} at line {e.lineno}") from e
+    finally:
+        aitune_fast.remove_safe_enums([Mode])
