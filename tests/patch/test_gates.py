@@ -43,7 +43,7 @@ def in_thread(fn):
 
 def test_a_new_call_waits_at_the_gate_and_then_runs_what_the_switch_put_in_place():
     with LOCK:
-        GATES.close([Entry(Metadata, "call")], frozenset())
+        GATES.close([Entry(Metadata, "call")], Codes(calls=frozenset(), long=frozenset()))
         thread, box = in_thread(lambda: Metadata().call(1))
         thread.join(0.3)
         assert thread.is_alive() and "value" not in box  # held at the gate
@@ -62,7 +62,7 @@ def test_a_call_from_inside_the_code_passes_the_gate():
         return Metadata().call(2)
 
     with LOCK:
-        GATES.close([Entry(Metadata, "call")], frozenset({inside.__code__}))
+        GATES.close([Entry(Metadata, "call")], Codes(calls=frozenset({inside.__code__}), long=frozenset()))
         thread, box = in_thread(inside)
         thread.join(5)
         assert box["value"] == "stock 2"
@@ -73,7 +73,7 @@ def test_a_call_on_the_switching_thread_is_refused_not_run_half_switched():
     """A signal handler, finalizer or callback that calls AITune in the middle of a switch runs on the switching
     thread: it cannot wait for the switch (which waits for it), and passing it would run it half-switched."""
     with LOCK:
-        GATES.close([Entry(Metadata, "call")], frozenset())
+        GATES.close([Entry(Metadata, "call")], Codes(calls=frozenset(), long=frozenset()))
         with pytest.raises(RuntimeError, match="while this thread switches the patch"):
             Metadata().call(4)
         GATES.open()
@@ -81,13 +81,13 @@ def test_a_call_on_the_switching_thread_is_refused_not_run_half_switched():
 
 
 def test_an_open_interrupted_before_its_end_leaves_gates_the_switching_thread_opens():
-    GATES.close([Entry(Metadata, "call")], frozenset())
+    GATES.close([Entry(Metadata, "call")], Codes(calls=frozenset(), long=frozenset()))
     GATES.owner = None  # what open() does first, interrupted just after
     assert Metadata().call(6) == "stock 6" and not GATES.standing
 
 
 def test_gates_an_interrupted_switch_left_standing_are_opened_by_a_waiting_caller():
-    GATES.close([Entry(Metadata, "call")], frozenset())
+    GATES.close([Entry(Metadata, "call")], Codes(calls=frozenset(), long=frozenset()))
     GATES.owner = -1  # the switch that closed them is gone, the lock free
     thread, box = in_thread(lambda: Metadata().call(3))
     thread.join(5)
@@ -226,3 +226,35 @@ def test_a_caller_held_while_a_call_in_flight_computes_waits_for_the_switch():
         put(Metadata, "call", ours)
     caller.join(5)
     assert box["value"] == "ours 9"
+
+
+def test_a_call_entering_through_a_shim_is_held_and_not_waited_for(monkeypatch):
+    """The call path's shims are call code that meets the gate itself on its way in (``Codes.entering``): as the
+    gate's own caller the shim is not inside a call, so the caller is held, and the switch does not wait for it
+    (before: let through into the world being switched, or, counted in flight, refused after the limit). A shim
+    further out is inside a call: a nested call through a shim passes."""
+
+    def shim(x: int, nested: bool = False) -> str:
+        return forward(x) if nested else Metadata().call(x)
+
+    def forward(x: int) -> str:
+        return shim(x)
+
+    monkeypatch.setattr(_quiescence, "CALLS_IN_FLIGHT_LIMIT_S", 2.0)
+    codes = Codes(calls=frozenset({shim.__code__}), long=frozenset(), entering=frozenset({shim.__code__}))
+    caller, box = _when_gates_close(lambda: shim(3))
+    began = time.monotonic()
+    with LOCK, quiescent([Entry(Metadata, "call")], codes, "patch_aitune"):
+        caller.join(0.3)
+        assert caller.is_alive() and "value" not in box  # held at the gate
+        assert _quiescence.in_flight(codes.calls) == []  # and not in flight
+        put(Metadata, "call", ours)
+    assert time.monotonic() - began < 1.5
+    caller.join(5)
+    assert box["value"] == "ours 3"
+    with LOCK:
+        GATES.close([Entry(Metadata, "call")], codes)
+        nested, nested_box = in_thread(lambda: shim(4, nested=True))
+        nested.join(5)
+        GATES.open()
+    assert nested_box["value"] == "ours 4"  # inside a shim's call: passed the gate

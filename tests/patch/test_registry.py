@@ -7,7 +7,7 @@ import types
 
 import pytest
 from aitune_fast.patch._journal import JOURNAL
-from aitune_fast.patch._quiescence import GATES, Entry
+from aitune_fast.patch._quiescence import GATES, Codes, Entry
 from aitune_fast.patch._registry import UNDO_ORDER, Layer, Registry
 
 
@@ -137,7 +137,7 @@ def test_a_replacement_made_while_a_gate_stands_goes_behind_it():
     stays until the switch opens it), and reads the original from behind it."""
     registry = Registry()
     stock = vars(Owner)["first"]
-    GATES.close([Entry(Owner, "first")], frozenset())
+    GATES.close([Entry(Owner, "first")], Codes(calls=frozenset(), long=frozenset()))
     gate = vars(Owner)["first"]
     assert gate is not stock
     registry.replace(Layer.CALL_PATH, Owner, "first", fast_first)

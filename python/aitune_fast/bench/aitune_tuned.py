@@ -135,6 +135,20 @@ def table(result: dict[str, Any]) -> str:
         f"(AITune's tuning read its tensor_data), {result['key_eq_us']['compact']:.2f} µs compact",
         f"tensorrt: {result['tensorrt']}",
     ]
+    llama = result.get("llama") or {}
+    if "skip" in llama:
+        lines += ["", f"real model (tiny transformers Llama, decode call): skipped: {llama['skip']}"]
+    elif llama:
+        lines += [
+            "",
+            "Real model: a tiny random transformers LlamaForCausalLM (2 layers, hidden 32), the decode call generate "
+            "makes on its static cache, tuned with TorchEager (overhead = tuned minus plain, µs):",
+            "",
+            f"{'module':<15} {'plain':>8} {'stock':>8} {'call path':>9} {'ratio':>6}",
+            f"{'llama_decode':<15} {llama['plain_us']:>8.1f} {llama['stock_us']:>8.1f} {llama['fast_us']:>9.1f}"
+            f" {llama['ratio']:>5.1f}x",
+            "The path alone around a stub of the same signature: the llm_decode_cp row's 'path alone' columns.",
+        ]
     if result.get("profile"):
         lines += ["", "cProfile of the llm_decode_cp call on the call path (top by own time):", result["profile"]]
     return "\n".join(lines)
@@ -339,6 +353,95 @@ def _compiled(torch: Any, modules: dict[str, tuple[Any, Any, tuple, dict]]) -> d
         return {}
 
 
+LLAMA_PROMPT, LLAMA_NEW = 5, 4  # the prompt's length and the tokens generated, in tuning and when capturing
+
+
+def _llama(torch: Any) -> Any:
+    """A tiny random ``LlamaForCausalLM`` from a config (no download): 2 layers, hidden size 32."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _generate(torch: Any, model: Any, ids: Any) -> Any:
+    """Greedy ``generate`` of LLAMA_NEW tokens on a static cache (transformers keeps it between calls)."""
+    with torch.no_grad():
+        return model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=LLAMA_NEW,
+            min_new_tokens=LLAMA_NEW,
+            do_sample=False,
+            cache_implementation="static",
+        )
+
+
+def _decode_call(torch: Any, model: Any, ids: Any) -> dict[str, Any]:
+    """The keyword arguments of the last decode call (one new token) ``generate`` makes of `model`."""
+    calls: list[dict[str, Any]] = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(dict(kwargs)) if not args else None, with_kwargs=True
+    )
+    try:
+        _generate(torch, model, ids)
+    finally:
+        handle.remove()
+    decodes = [kw for kw in calls if kw.get("input_ids") is not None and kw["input_ids"].shape[-1] == 1]
+    if not decodes:
+        raise RuntimeError("generate made no decode call")
+    return decodes[-1]
+
+
+def _llama_row(ait: Any, torch: Any, rounds: int, n: int) -> dict[str, Any]:
+    """The real-model row: a tiny Llama's decode call (the forward ``generate`` makes for one new token, on its static
+    cache), tuned by AITune with TorchEager; its overhead stock and on the call path (tuned minus plain, same rounds);
+    {"skip": why} where transformers is missing or the call finds no backend."""
+    import aitune_fast
+
+    try:
+        model = _llama(torch)
+    except ImportError as exc:
+        return {"skip": f"transformers is not installed ({exc})"}
+    from aitune.torch.backend import TorchEagerBackend
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    aitune_fast.unpatch_aitune()
+    MODULE_REGISTRY.clear()
+    plain = copy.deepcopy(model)
+    strategy = ait.OneBackendStrategy(TorchEagerBackend())
+    strategy.enable_performance_validation(False)
+    strategy.enable_find_max_batch_size(False)
+    tuned = ait.Module(model, "llama-decode-bench", strategy=strategy)
+    ids = torch.randint(3, 64, (1, LLAMA_PROMPT), generator=torch.Generator().manual_seed(1))
+    ait.tune(lambda ids: _generate(torch, tuned, ids), [{"ids": ids[0]}], batch_sizes=[1], device="cpu")
+    kwargs = _decode_call(torch, plain, ids)
+    try:
+        with torch.no_grad():
+            tuned(**kwargs)
+    except RuntimeError as exc:
+        return {"skip": f"the captured decode call found no backend ({exc})"}
+    settings = {"stock": aitune_fast.unpatch_aitune, "fast": lambda: aitune_fast.patch_aitune(call_path=True)}
+    overheads = _overheads({"llama": (tuned, plain, (), kwargs)}, settings, rounds, n)
+    aitune_fast.unpatch_aitune()
+    stock, fast = overheads["stock"]["llama"], overheads["fast"]["llama"]
+    with torch.no_grad():
+        plain_us = statistics.median(_loop(plain, (), kwargs, n) for _ in range(rounds))
+    return {"stock_us": stock, "fast_us": fast, "plain_us": plain_us, "ratio": stock / max(fast, 1e-9)}
+
+
 def _metadata_work(sample_metadata: Any, tuned: Any, args: tuple, kwargs: dict, backends: Any = None) -> Any:
     """What a tuned call does to find its backend: the call's metadata, then `in` and `[]` on the backend dict."""
     wrapper = tuned.module
@@ -490,6 +593,7 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
         row["meta_ratio"] = row["meta_ref_us"] / max(row["meta_ours_us"], 1e-9)
         row["meta_compact_ratio"] = row["meta_ref_us"] / max(row["meta_compact_us"], 1e-9)
     result = {"rows": rows, "key_eq_us": key_eq, "tensorrt": trt, "mode": mode}
+    result["llama"] = _llama_row(ait, torch, rounds, max(n // 4, 5))
     if profile:
         aitune_fast.patch_aitune(call_path=True)
         tuned, _, args, kwargs = patched["llm_decode_cp"]

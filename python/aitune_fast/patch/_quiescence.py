@@ -60,10 +60,13 @@ class Entry:
 @dataclass(frozen=True)
 class Codes:
     """The code a switch must not run beside. `calls`: short calls (dispatch, recording, a key's conversion), waited
-    for; a thread inside one passes the gates. `long`: tuning and checkpoint files, refused while running."""
+    for; a thread inside one passes the gates. `long`: tuning and checkpoint files, refused while running.
+    `entering`: those of `calls` that reach a gate themselves on their way in (the call path's shims, whose native
+    call meets the gate at ``TunedModule.__call__``): as a gate's own caller such a frame is not yet inside a call."""
 
     calls: frozenset[Any]
     long: frozenset[Any]
+    entering: frozenset[Any] = frozenset()
 
 
 def code_chain(function: Any) -> list[Any]:
@@ -110,14 +113,19 @@ class _Gates:
         self.standing: dict[tuple[int, str], _Gate] = {}
         self.owner: int | None = None  # the switching thread
         self.pass_codes: frozenset[Any] = frozenset()
+        self.entering: frozenset[Any] = frozenset()  # Codes.entering
         self._tickets = 0  # callers held so far (each took the next number)
         self._held: set[int] = set()  # the numbers of the callers held now
+        # thread id -> the frame that called the gate holding it, where that frame runs `entering` code: the thread
+        # is on its way into a call, not in one (in_flight leaves it out)
+        self.entering_at: dict[int, Any] = {}
         self._admitted: set[int] = set()  # callers let through by admit that have not woken yet
         self._passing: set[int] = set()  # callers let through by admit whose call has not returned
 
-    def close(self, entries: list[Entry], pass_codes: frozenset[Any]) -> None:
+    def close(self, entries: list[Entry], codes: Codes) -> None:
         self.owner = threading.get_ident()
-        self.pass_codes = pass_codes
+        self.pass_codes = codes.calls
+        self.entering = codes.entering
         with self.cond:  # what an earlier switch admitted is its own (a call still running is in flight anyway)
             self._admitted.clear()
             self._passing.clear()
@@ -148,6 +156,7 @@ class _Gates:
         self.cond = threading.Condition(threading.Lock())
         self.owner = None
         self._held, self._admitted, self._passing = set(), set(), set()
+        self.entering_at = {}
 
     @property
     def held(self) -> bool:
@@ -185,12 +194,16 @@ class _Gates:
                 "a finalizer or a callback run in the middle of patch_aitune() or unpatch_aitune()); it is refused "
                 "rather than run half-switched. Make the call after the switch returns."
             )
-        if not self.standing or _on_stack(caller_frame, self.pass_codes):
+        entering = caller_frame if caller_frame is not None and caller_frame.f_code in self.entering else None
+        outer = caller_frame.f_back if entering is not None else caller_frame  # inside a call if a frame out there is
+        if not self.standing or _on_stack(outer, self.pass_codes):
             return None
         with self.cond:
             ticket = self._tickets
             self._tickets += 1
             self._held.add(ticket)
+            if entering is not None:
+                self.entering_at[me] = entering
         through = False
         try:
             while True:
@@ -208,6 +221,7 @@ class _Gates:
             with self.cond:
                 self._held.discard(ticket)
                 self._admitted.discard(ticket)
+                self.entering_at.pop(me, None)
                 if not through:  # interrupted (a KeyboardInterrupt while held): no call of its own to wait for
                     self._passing.discard(ticket)
 
@@ -267,10 +281,11 @@ def put(owner: Any, attribute: str, value: Any) -> None:
 
 
 def in_flight(codes: frozenset[Any]) -> list[tuple[int, Any]]:
-    """(thread id, frame) of the other threads running one of `codes`."""
+    """(thread id, frame) of the other threads running one of `codes` (not those held at a gate on their way in)."""
     if not codes:
         return []
-    return list(_core._frames_running(set(codes), threading.get_ident()))
+    running = _core._frames_running(set(codes), threading.get_ident())
+    return [(ident, frame) for ident, frame in running if GATES.entering_at.get(ident) is not frame]
 
 
 def _describe(pending: list[tuple[int, Any]]) -> str:
@@ -336,7 +351,7 @@ def quiescent(entries: list[Entry], codes: Codes, what: str) -> Iterator[None]:
             f"tune(), a checkpoint's save or load); call it outside them."
         )
     GATES.open()  # gates an interrupted switch left standing
-    GATES.close(entries, codes.calls)
+    GATES.close(entries, codes)
     try:
         time.sleep(_ENTRY_GRACE_S)
         wait_for_calls(codes, what, admit=True)

@@ -208,7 +208,11 @@ def codes() -> Codes:
 
     long = of(_names.LONG_CODE) | tuning_loops()
     own = {code for function in _call_path.CALL_CODE for code in code_chain(function)}
-    return Codes(calls=frozenset((of(_names.GATED) | of(_names.CALL_CODE) | own) - long), long=frozenset(long))
+    return Codes(
+        calls=frozenset((of(_names.GATED) | of(_names.CALL_CODE) | own) - long),
+        long=frozenset(long),
+        entering=frozenset(own),
+    )
 
 
 def tuning_loops() -> set[Any]:
