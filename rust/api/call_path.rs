@@ -550,20 +550,6 @@ impl CallPath {
     }
 }
 
-/// The hook dicts `nn.Module._call_impl` reads on the module, and torch's global ones.
-const MODULE_HOOKS: [&str; 4] = [
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_forward_hooks",
-    "_forward_pre_hooks",
-];
-const GLOBAL_HOOKS: [&str; 4] = [
-    "_global_backward_pre_hooks",
-    "_global_backward_hooks",
-    "_global_forward_hooks",
-    "_global_forward_pre_hooks",
-];
-
 impl CallPath {
     /// `module(*args, **kwargs)`; where torch's `nn.Module.__call__` would only call `module.forward`
     /// (its class keeps torch's `__call__` and `_call_impl`, nothing compiled, not tracing, no hook
@@ -626,11 +612,20 @@ impl CallPath {
             _ => return Ok(false),
         }
         let globals = globals.bind(py).cast::<PyDict>()?;
-        for (dict, names) in [(namespace, MODULE_HOOKS), (globals, GLOBAL_HOOKS)] {
-            for name in names {
-                if !self.empty_dict(dict.get_item(PyString::intern(py, name))?) {
-                    return Ok(false);
-                }
+        // the hook dicts `nn.Module._call_impl` reads on the module, and torch's global ones
+        let hooks = [
+            (namespace, intern!(py, "_backward_hooks")),
+            (namespace, intern!(py, "_backward_pre_hooks")),
+            (namespace, intern!(py, "_forward_hooks")),
+            (namespace, intern!(py, "_forward_pre_hooks")),
+            (globals, intern!(py, "_global_backward_pre_hooks")),
+            (globals, intern!(py, "_global_backward_hooks")),
+            (globals, intern!(py, "_global_forward_hooks")),
+            (globals, intern!(py, "_global_forward_pre_hooks")),
+        ];
+        for (dict, name) in hooks {
+            if !self.empty_dict(dict.get_item(name)?) {
+                return Ok(false);
             }
         }
         Ok(!is_tracing.bind(py).call0()?.is_truthy()?)

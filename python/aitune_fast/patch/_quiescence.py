@@ -116,9 +116,9 @@ class _Gates:
         self.entering: frozenset[Any] = frozenset()  # Codes.entering
         self._tickets = 0  # callers held so far (each took the next number)
         self._held: set[int] = set()  # the numbers of the callers held now
-        # thread id -> the frame that called the gate holding it, where that frame runs `entering` code: the thread
-        # is on its way into a call, not in one (in_flight leaves it out)
-        self.entering_at: dict[int, Any] = {}
+        # the threads held at a gate now: blocked on their way into a call, whatever code called the gate (code that
+        # became call code since the gates closed included), so not in one (in_flight leaves them out)
+        self.held_threads: set[int] = set()
         self._admitted: set[int] = set()  # callers let through by admit that have not woken yet
         self._passing: set[int] = set()  # callers let through by admit whose call has not returned
 
@@ -156,7 +156,7 @@ class _Gates:
         self.cond = threading.Condition(threading.Lock())
         self.owner = None
         self._held, self._admitted, self._passing = set(), set(), set()
-        self.entering_at = {}
+        self.held_threads = set()
 
     @property
     def held(self) -> bool:
@@ -194,16 +194,15 @@ class _Gates:
                 "a finalizer or a callback run in the middle of patch_aitune() or unpatch_aitune()); it is refused "
                 "rather than run half-switched. Make the call after the switch returns."
             )
-        entering = caller_frame if caller_frame is not None and caller_frame.f_code in self.entering else None
-        outer = caller_frame.f_back if entering is not None else caller_frame  # inside a call if a frame out there is
+        entering = caller_frame is not None and caller_frame.f_code in self.entering
+        outer = caller_frame.f_back if entering else caller_frame  # inside a call if a frame further out is
         if not self.standing or _on_stack(outer, self.pass_codes):
             return None
         with self.cond:
             ticket = self._tickets
             self._tickets += 1
             self._held.add(ticket)
-            if entering is not None:
-                self.entering_at[me] = entering
+            self.held_threads.add(me)
         through = False
         try:
             while True:
@@ -221,7 +220,7 @@ class _Gates:
             with self.cond:
                 self._held.discard(ticket)
                 self._admitted.discard(ticket)
-                self.entering_at.pop(me, None)
+                self.held_threads.discard(me)
                 if not through:  # interrupted (a KeyboardInterrupt while held): no call of its own to wait for
                     self._passing.discard(ticket)
 
@@ -285,7 +284,7 @@ def in_flight(codes: frozenset[Any]) -> list[tuple[int, Any]]:
     if not codes:
         return []
     running = _core._frames_running(set(codes), threading.get_ident())
-    return [(ident, frame) for ident, frame in running if GATES.entering_at.get(ident) is not frame]
+    return [(ident, frame) for ident, frame in running if ident not in GATES.held_threads]
 
 
 def _describe(pending: list[tuple[int, Any]]) -> str:
