@@ -593,7 +593,7 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
         row["meta_ratio"] = row["meta_ref_us"] / max(row["meta_ours_us"], 1e-9)
         row["meta_compact_ratio"] = row["meta_ref_us"] / max(row["meta_compact_us"], 1e-9)
     result = {"rows": rows, "key_eq_us": key_eq, "tensorrt": trt, "mode": mode}
-    result["llama"] = _llama_row(ait, torch, rounds, max(n // 4, 5))
+    result["llama"] = _llama_row(ait, torch, rounds, n)
     if profile:
         aitune_fast.patch_aitune(call_path=True)
         tuned, _, args, kwargs = patched["llm_decode_cp"]
