@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 
 import pytest
 
@@ -68,8 +69,35 @@ def pytest_runtest_logreport(report):
             _OUTCOMES[report.nodeid] = outcome
 
 
+def _no_poll() -> None:
+    return None
+
+
+def stop_stray_metric_timers() -> int:
+    """Stops every hardware-metrics collector left polling with no scope open; returns how many there were.
+
+    AITune's ``HardwareMetricsCollector`` re-arms its poll timer on every poll, scopes or not, and its last
+    ``end_scope`` cancels only the timer it knows: a poll already under way when it runs arms a new one, and that
+    chain never ends. The timers are not daemon threads, so the interpreter then waits for them at exit forever.
+    AITune's own ``test_collect_metrics`` (a 1 ms interval) leaves such a chain in about one run in five under CPU
+    load, stock as patched (a plain loop of that test with stock AITune alone shows it). Outcomes are written by then;
+    this only lets the child exit. A poll in flight still arms one timer, which now polls nothing and ends.
+    """
+    from aitune.utils.monitoring.hardware_metrics.collector import HardwareMetricsCollector
+
+    polling = 0
+    for collector in gc.get_objects():
+        if issubclass(type(collector), HardwareMetricsCollector) and not collector.scopes:  # no __class__ lookups
+            polling += collector.timer is not None
+            collector._poll_stats = _no_poll  # what the next timer the chain arms calls
+            collector._cancel_polling()
+    return polling
+
+
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get("AITUNE_SUITE_OUT")
     if path:
         with open(path, "w") as f:
             json.dump(_OUTCOMES, f, indent=0, sort_keys=True)
+    if stopped := stop_stray_metric_timers():
+        print(f"aitune_suite_plugin: stopped {stopped} collector(s) left polling by AITune's race", file=sys.stderr)

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -91,3 +94,29 @@ def test_same_outcome_for_every_test(outcomes):
     }
     lines = [f"{test}: stock {s}, patched {p}" for test, (s, p) in differ.items()]
     assert not differ, f"{len(differ)} of {len(stock)} tests differ:\n" + "\n".join(lines[:60])
+
+
+def _timers_of(collector) -> list:
+    return [t for t in threading.enumerate() if getattr(getattr(t, "function", None), "__self__", None) is collector]
+
+
+def test_a_collector_left_polling_with_no_scope_is_stopped_so_the_suite_can_exit():
+    """What AITune's collector race leaves (a poll timer re-arming with no scope open, which keeps the interpreter
+    from exiting) is stopped by the plugin once the outcomes are written."""
+    from aitune.utils.monitoring.hardware_metrics.collector import HardwareMetricsCollector
+    from aitune_suite_plugin import stop_stray_metric_timers
+
+    collector = HardwareMetricsCollector([], queue.Queue(), interval=0.001)
+    try:
+        collector._poll_stats()  # the chain the race leaves: every poll arms the next, scopes or not
+        time.sleep(0.05)
+        assert collector.timer is not None and _timers_of(collector), "the stray chain did not start"
+        with collector.lock:  # the race: a poll has started and waits for the lock while the timer is cancelled
+            time.sleep(0.2)
+            assert stop_stray_metric_timers() >= 1
+        time.sleep(0.05)
+        assert not _timers_of(collector), "the collector still polls"
+        assert collector.timer is None or not collector.timer.is_alive()  # the poll under way armed one last timer
+    finally:  # whatever the asserts found, this process must be able to exit
+        collector._poll_stats = lambda: None
+        collector._cancel_polling()
