@@ -357,7 +357,9 @@ LLAMA_PROMPT, LLAMA_NEW = 5, 4  # the prompt's length and the tokens generated, 
 
 
 def _llama(torch: Any) -> Any:
-    """A tiny random ``LlamaForCausalLM`` from a config (no download): 2 layers, hidden size 32."""
+    """A tiny random ``LlamaForCausalLM`` from a config (no download): 2 layers, hidden size 32. The same config as
+    ``tests/integration/hf_models_child.llm_config("llama")``, which cannot import this module: its stock world runs
+    with aitune_fast blocked."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -405,6 +407,26 @@ def _decode_call(torch: Any, model: Any, ids: Any) -> dict[str, Any]:
     return decodes[-1]
 
 
+def tuned_llama(ait: Any, torch: Any, model: Any, name: str) -> tuple[Any, Any, dict[str, Any]]:
+    """`model` tuned by a stock AITune (TorchEager, on ``generate``'s calls), a plain copy of it made first, and the
+    keyword arguments of the decode call ``generate`` makes; aitune_fast is unpatched when it returns."""
+    from aitune.torch.backend import TorchEagerBackend
+    from aitune.torch.module_registry import MODULE_REGISTRY
+
+    import aitune_fast
+
+    aitune_fast.unpatch_aitune()
+    MODULE_REGISTRY.clear()
+    plain = copy.deepcopy(model)
+    strategy = ait.OneBackendStrategy(TorchEagerBackend())
+    strategy.enable_performance_validation(False)
+    strategy.enable_find_max_batch_size(False)
+    tuned = ait.Module(model, name, strategy=strategy)
+    ids = torch.randint(3, 64, (1, LLAMA_PROMPT), generator=torch.Generator().manual_seed(1))
+    ait.tune(lambda ids: _generate(torch, tuned, ids), [{"ids": ids[0]}], batch_sizes=[1], device="cpu")
+    return tuned, plain, _decode_call(torch, plain, ids)
+
+
 def _llama_row(ait: Any, torch: Any, rounds: int, n: int) -> dict[str, Any]:
     """The real-model row: a tiny Llama's decode call (the forward ``generate`` makes for one new token, on its static
     cache), tuned by AITune with TorchEager; its overhead stock and on the call path (tuned minus plain, same rounds);
@@ -415,19 +437,7 @@ def _llama_row(ait: Any, torch: Any, rounds: int, n: int) -> dict[str, Any]:
         model = _llama(torch)
     except ImportError as exc:
         return {"skip": f"transformers is not installed ({exc})"}
-    from aitune.torch.backend import TorchEagerBackend
-    from aitune.torch.module_registry import MODULE_REGISTRY
-
-    aitune_fast.unpatch_aitune()
-    MODULE_REGISTRY.clear()
-    plain = copy.deepcopy(model)
-    strategy = ait.OneBackendStrategy(TorchEagerBackend())
-    strategy.enable_performance_validation(False)
-    strategy.enable_find_max_batch_size(False)
-    tuned = ait.Module(model, "llama-decode-bench", strategy=strategy)
-    ids = torch.randint(3, 64, (1, LLAMA_PROMPT), generator=torch.Generator().manual_seed(1))
-    ait.tune(lambda ids: _generate(torch, tuned, ids), [{"ids": ids[0]}], batch_sizes=[1], device="cpu")
-    kwargs = _decode_call(torch, plain, ids)
+    tuned, plain, kwargs = tuned_llama(ait, torch, model, "llama-decode-bench")
     try:
         with torch.no_grad():
             tuned(**kwargs)
