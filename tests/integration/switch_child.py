@@ -739,6 +739,9 @@ def fork_mode(workdir, at):
     from aitune_fast.patch import _switch
 
     torch.set_num_threads(1)  # no OpenMP pool to inherit half-used across the fork
+    # the held call returns once the forked child has reported, which under CPU load can take longer than a switch
+    # waits by default (it was refused then, and the parent stayed stock): it may wait as long as the child may run
+    quiescence.CALLS_IN_FLIGHT_LIMIT_S = CHILD_LIMIT_S + 30.0
     gate, paused = Gate(), Gate()
     held = ait.Module(held_mlp(torch, gate), "held", strategy=quick_strategy(ait))
     x = torch.randn(2, 16)
@@ -766,7 +769,7 @@ def fork_mode(workdir, at):
     gate.release.set()
     paused.release.set()
     switcher.join(60)
-    out["parent_switch_error"] = switch_box.get("error")
+    out["parent_switch_error"] = switch_box.get("error") or switch_box.get("value")  # an error, or the refusal
     out["parent_patched"] = aitune_fast.is_aitune_patched()
     return out
 
