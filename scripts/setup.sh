@@ -10,7 +10,15 @@ if [ ! -x "$PY" ]; then
     python3 -m venv "$VENV"
 fi
 STAMP="$VENV/.deps-v2"
+# A first set-up downloads and unpacks torch (a CUDA build) and the test dependencies: about 8 GiB in .venv, more
+# while pip works. Say so up front where the disk is short, so that pip's "No space left on device" is not a puzzle.
+NEEDED_GIB=10
 if [ ! -f "$STAMP" ]; then
+    FREE_GIB="$(df -Pk "$VENV" | awk 'NR == 2 { print int($4 / 1048576) }')"
+    if [ "${FREE_GIB:-0}" -lt "$NEEDED_GIB" ]; then
+        echo "setup.sh: only ${FREE_GIB} GiB free where .venv lives; a first set-up needs about ${NEEDED_GIB} GiB" \
+            "(torch and the test dependencies). Free some space if pip fails with 'No space left on device'." >&2
+    fi
     "$PY" -m pip install -q --upgrade pip
     "$PY" -m pip install -q torch numpy pytest hypothesis optree tabulate nvtx maturin matplotlib jsonschema
     "$PY" -m pip install -q --no-deps aitune==0.6.0
