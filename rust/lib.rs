@@ -35,6 +35,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<metadata::SampleMetadata>()?;
     m.add_class::<metadata::ExactSampleMetadata>()?;
     m.add_class::<api::CallPath>()?;
+    m.add_class::<api::BindPlan>()?;
     m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
     m.add_function(wrap_pyfunction!(codec::safe_enums::_safe_enum_table, m)?)?;
     m.add("MAX_DEPTH", walk::traversal::MAX_DEPTH)?;

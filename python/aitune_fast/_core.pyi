@@ -24,6 +24,7 @@ __all__ = [
     "_frames_running",
     "_still_running",
     "_CallPath",
+    "_BindPlan",
     "MAX_DEPTH",
     "tensor_reader",
     "tensor_readers_available",
@@ -70,6 +71,19 @@ def _frames_running(codes: set[Any], me: int) -> list[tuple[int, Any]]:
 
 def _still_running(pending: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
     """Of `pending` ((thread id, frame) pairs), those whose frame is still on its thread's stack."""
+
+@final
+class _BindPlan:
+    """A call shape's binding, kept (``aitune_fast.patch._call_path.compile_binder``): where each value of the
+    normalized ``args``, ``kwargs`` and ``arguments`` comes from (a positional index or a keyword name of the call)."""
+
+    def __new__(
+        cls, args: tuple[Any, ...], kwargs: dict[str, Any], arguments: dict[str, Any], /
+    ) -> Self: ...
+    def __call__(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], /
+    ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+        """The normalized ``(args, kwargs, arguments)`` of a call of this plan's shape."""
 
 @final
 class _CallPath:

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
+use super::bind_plan::{BindPlan, BoundCall};
 use super::sample_metadata::describe_inputs;
 use crate::metadata::SampleMetadata;
 
@@ -99,17 +100,14 @@ fn item<'py>(dict: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> PyResult<
 }
 
 /// Python's `try: body finally: undo`: the undo always runs, and its error replaces the body's.
-fn finally<T>(body: PyResult<T>, undo: PyResult<()>) -> PyResult<T> {
+fn finally<T>(py: Python<'_>, body: PyResult<T>, undo: PyResult<()>) -> PyResult<T> {
     match undo {
         Ok(()) => body,
         Err(undo_err) => {
             if let Err(body_err) = body {
-                let py_err = undo_err;
-                Python::attach(|py| py_err.set_context(py, Some(body_err)));
-                Err(py_err)
-            } else {
-                Err(undo_err)
+                undo_err.set_context(py, Some(body_err));
             }
+            Err(undo_err)
         }
     }
 }
@@ -157,7 +155,7 @@ fn push_context<'py>(
     let released = lock
         .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
         .map(drop);
-    finally(pushed, released)
+    finally(py, pushed, released)
 }
 
 fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -171,7 +169,7 @@ fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
     let released = lock
         .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
         .map(drop);
-    finally(popped, released)
+    finally(py, popped, released)
 }
 
 #[pymethods]
@@ -253,10 +251,10 @@ impl CallPath {
             let post = item(state, intern!(py, "_current_forward_hooks"))?;
             state.set_item(intern!(py, "_forward_hooks"), post)
         })();
-        finally(result, restored)
+        finally(py, result, restored)
     }
 
-    /// `TunedModule.__call__(tuned, *args, **kwargs)`: bound by the call shape's compiled binder,
+    /// `TunedModule.__call__(tuned, *args, **kwargs)`: bound by the call shape's plan (`_BindPlan`),
     /// then in a new AITune context naming the module, the backend function: `safe_call_backend`
     /// (the backend whose key equals the call's metadata), `call_unique_backend`, or any other
     /// function as it is.
@@ -269,9 +267,9 @@ impl CallPath {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = tuned.py();
         let signature = tuned.getattr(intern!(py, "_forward_signature"))?;
-        let binder = field(py, &self.binder, "binder")?.call1((signature, args, kwargs))?;
+        let plan = field(py, &self.binder, "binder")?.call1((signature, args, kwargs))?;
         let context = field(py, &self.context, "context")?;
-        if binder.is_none()
+        if plan.is_none()
             || !context
                 .get_type()
                 .is(field(py, &self.context_cls, "context_cls")?)
@@ -279,14 +277,17 @@ impl CallPath {
             return field(py, &self.call_stock_steps, "call_stock_steps")?
                 .call1((tuned, args, kwargs));
         }
-        let bound = binder.call1((args, kwargs))?;
-        let [call_args, call_kwargs, arguments] = bound.extract::<[Bound<'py, PyAny>; 3]>()?;
+        let BoundCall {
+            args: call_args,
+            kwargs: call_kwargs,
+            arguments,
+        } = plan.cast::<BindPlan>()?.get().bind(args, kwargs)?;
         let func = tuned.getattr(intern!(py, "_backend_func"))?;
         let module_name = tuned.getattr(intern!(py, "_module_name"))?;
         let key = field(py, &self.module_key, "module_key")?;
         push_context(&context, Some((&key, &module_name)))?;
         let result = self.call_backend(tuned, &func, &call_args, &call_kwargs, &arguments);
-        finally(result, pop_context(&context))
+        finally(py, result, pop_context(&context))
     }
 
     /// `Backend.infer(backend, *args, **kwargs)` (no `_method`): the backend described in a new
@@ -313,7 +314,7 @@ impl CallPath {
         }
         let top = push_context(&context, None)?;
         let result = self.infer_in_context(&parts, &top, backend, args, kwargs);
-        finally(result, pop_context(&context))
+        finally(py, result, pop_context(&context))
     }
 }
 
@@ -510,7 +511,7 @@ impl CallPath {
             .call_method0(intern!(py, "get_default_collector"))
             .and_then(|collector| collector.call_method0(intern!(py, "end_scope")))
             .map(drop);
-        finally(result, ended)
+        finally(py, result, ended)
     }
 
     /// The backend's state checked, then its `_infer`.
@@ -546,7 +547,7 @@ impl CallPath {
         let result = backend
             .getattr(intern!(py, "_orig_module"))
             .and_then(|module| self.call_module(&module, args, kwargs));
-        finally(result, set_grad.call1((enabled,)).map(drop))
+        finally(py, result, set_grad.call1((enabled,)).map(drop))
     }
 }
 

@@ -7,7 +7,8 @@ rounds, collector paused):
 
   wrapt + outer call   the Module proxy, the wrapped module's ``nn.Module.__call__``, the FunctionWrapper
   _forward swap        ``Module._forward``'s own work (hook dicts and ``forward`` out and back)
-  binding              the compiled binder of the call's shape
+  binding              the plan (``_core._BindPlan``) of the call's shape, called from Python (the call path runs
+                       it natively, without that call's cost, which ``module context`` then no longer holds)
   metadata + lookup    ``SampleMetadata.from_inputs`` + the backend dict lookup
   module context       ``TunedModule.__call__``'s context push/pop and the rest of its own code
   infer wrappers       ``Backend.infer``: context with ``describe()``, nvtx range, hardware-metrics scope, state check

@@ -13,11 +13,14 @@ enabled:
   ``nn.Module.__setattr__`` (the hook dicts are still replaced by copies each call, as stock does);
 * ``TunedModule.__call__``: each call shape (number of positional arguments, keyword names) of a forward signature
   that repeats is bound once with ``ForwardSignature.normalize`` on placeholders (a shape's first call binds as stock
-  does), and the result compiled into one function that
-  builds the normalized arguments, keyword arguments and the ``arguments`` dict the metadata is built from (binding
-  looks at the shape only); a shape that does not bind goes through ``normalize`` itself, so errors are its own;
+  does), and the result kept as a plan (``_core._BindPlan``) that builds, in the core, the normalized arguments,
+  keyword arguments and the ``arguments`` dict the metadata is built from (binding looks at the shape only); a shape
+  that does not bind goes through ``normalize`` itself, so errors are its own;
 * ``Backend.infer``: one function doing what the three decorators and the body do, in the same order, with the
   nvtx ``annotate`` objects kept per message (when ``nvtx.annotate`` is nvtx's own class).
+
+The steps run as one native call per tuned call (``_core._CallPath``, ``rust/api/call_path.rs``), which calls the
+Python steps here (``_binder``, ``_describe``) where a decision or a cache is needed.
 
 Anything unexpected (a subclass overriding a method the fast path inlines, a replaced bound method, a wrapped
 module with its own ``__setattr__``) takes stock's code for that step. Installing and removing are one attribute
@@ -32,7 +35,7 @@ import types
 from collections import OrderedDict
 from typing import Any, cast
 
-from aitune_fast._core import _CallPath
+from aitune_fast._core import _BindPlan, _CallPath
 from aitune_fast.patch import _names
 from aitune_fast.patch._aitune import Context
 from aitune_fast.patch._objects import live_instances
@@ -266,21 +269,22 @@ _IMMUTABLE = frozenset((type(None), bool, int, float, str))  # with torch.dtype,
 
 
 class _Slot:
-    """A placeholder bound in place of a call's argument: where the argument came from."""
+    """A placeholder bound in place of a call's argument: where the argument came from (its positional index or
+    keyword name)."""
 
     __slots__ = ("source",)
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: int | str) -> None:
         self.source = source
 
 
-# id(signature) -> (it, shape -> binder, None (the shape does not bind) or _SEEN_ONCE)
+# id(signature) -> (it, shape -> plan (a _BindPlan), None (the shape does not bind) or _SEEN_ONCE)
 _binders: dict[int, tuple[Any, dict[tuple, Any]]] = {}
 _SEEN_ONCE = object()  # a shape called once: it binds as stock does, and is compiled when it comes again
 
 
 def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
-    """The compiled binder of this call's shape, or None where stock's ``normalize`` must run: a shape's first call
+    """The plan (``_BindPlan``) of this call's shape, or None where stock's ``normalize`` must run: a shape's first call
     (compiling costs more than a stock bind, so only shapes that repeat are compiled: calls whose keyword names are
     new every time are never slower than stock's), a shape that does not bind, a ``normalize`` that is not stock's."""
     if getattr(type(signature), "normalize", None) is not _refs.normalize or _has_own(signature, "normalize"):
@@ -303,29 +307,35 @@ def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
     return binder
 
 
-def compile_binder(signature: Any, n_args: int, names: tuple) -> Any:
-    """Bind placeholders of this shape twice as ``TunedModule`` does; compile where each value goes."""
+def compile_binder(signature: Any, n_args: int, names: tuple) -> _BindPlan | None:
+    """Bind placeholders of this shape twice as ``TunedModule`` does, and keep where each value came from: a plan
+    (``_core._BindPlan``) whose ``plan(args, kwargs)`` gives the normalized ``(args, kwargs, arguments)`` of a call of
+    this shape, built in the core with no Python frame. None where the shape does not bind to placeholders only."""
     if any(type(name) is not str for name in names):
         return None
-    slots_args = tuple(_Slot(f"a[{i}]") for i in range(n_args))
-    slots_kwargs = {name: _Slot(f"k[{str.__repr__(name)}]") for name in names}
+    slots_args = tuple(_Slot(i) for i in range(n_args))
+    slots_kwargs = {name: _Slot(name) for name in names}
     try:
         first = signature.normalize(slots_args, slots_kwargs)
         call_args, call_kwargs = first.args, first.kwargs
         arguments = signature.normalize(call_args, call_kwargs).arguments
-        source = f"lambda a, k: ({_source(call_args)}, {_source(call_kwargs)}, {_source(arguments)})"
+        specs = (_spec(call_args), _spec(call_kwargs), _spec(arguments))
     except (TypeError, ValueError):
         return None
-    return eval(source, {"__builtins__": {}})  # noqa: S307 - built from slot positions and repr()'d names
+    if type(specs[0]) is not tuple or type(specs[1]) is not dict or type(specs[2]) is not dict:
+        return None
+    return _BindPlan(*specs)
 
 
-def _source(value: Any) -> str:
+def _spec(value: Any) -> Any:
+    """Where `value` (placeholders in tuples and str-keyed dicts) comes from, in the form ``_BindPlan`` reads: an
+    int (a positional index), a str (a keyword name), a tuple or a str-keyed dict of those."""
     if type(value) is _Slot:
         return value.source
     if type(value) is tuple:
-        return "(" + "".join(f"{_source(item)}, " for item in value) + ")"
+        return tuple(map(_spec, value))
     if type(value) is dict and all(type(key) is str for key in value):
-        return "{" + ", ".join(f"{str.__repr__(key)}: {_source(item)}" for key, item in value.items()) + "}"
+        return {key: _spec(item) for key, item in value.items()}
     raise ValueError("not a placeholder")
 
 
