@@ -77,9 +77,7 @@ class _BindPlan:
     """A call shape's binding, kept (``aitune_fast.patch._call_path.compile_binder``): where each value of the
     normalized ``args``, ``kwargs`` and ``arguments`` comes from (a positional index or a keyword name of the call)."""
 
-    def __new__(
-        cls, args: tuple[Any, ...], kwargs: dict[str, Any], arguments: dict[str, Any], /
-    ) -> Self: ...
+    def __new__(cls, args: tuple[Any, ...], kwargs: dict[str, Any], arguments: dict[str, Any], /) -> Self: ...
     def __call__(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], /
     ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:

@@ -107,6 +107,7 @@ pub struct BindPlan {
 impl BindPlan {
     /// `_BindPlan(args_spec, kwargs_spec, arguments_spec)`: a tuple spec and two dict specs.
     #[new]
+    #[pyo3(signature = (args, kwargs, arguments, /))]
     fn py_new(
         args: &Bound<'_, PyTuple>,
         kwargs: &Bound<'_, PyDict>,

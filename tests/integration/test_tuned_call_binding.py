@@ -144,7 +144,7 @@ def _signatures_and_shapes(draw, forward_signature):
     names = draw(st.permutations(_NAMES))[: len(kinds)]
     parameters = tuple(
         forward_signature.ForwardParameter(name, _KINDS[kind], draw(st.booleans()) and kind not in (2, 4))
-        for name, kind in zip(names, kinds)
+        for name, kind in zip(names, kinds, strict=True)
     )
     try:
         signature = forward_signature.ForwardSignature(parameters)
