@@ -632,6 +632,6 @@ CALL_CODE = (_forward, _tuned_call)
 def call_steps() -> dict[str, Any]:
     """The call path's steps, for the benchmark's per-step timings (``bench/call_steps.py``): ``forward``
     (``Module._forward``: `self, wrapped, instance, args, kwargs`), ``call`` (``TunedModule.__call__``: `tuned, args,
-    kwargs`), ``binder`` (`signature, args, kwargs` -> the compiled binder of that call shape, or None) and
+    kwargs`), ``binder`` (`signature, args, kwargs` -> the plan (`_BindPlan`) of that call shape, or None) and
     ``infer_body`` (``Backend.infer``: `backend, args, kwargs`)."""
     return {"forward": _forward, "call": _NATIVE.call, "binder": _binder, "infer_body": _NATIVE.infer}
