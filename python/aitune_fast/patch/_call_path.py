@@ -319,12 +319,9 @@ def compile_binder(signature: Any, n_args: int, names: tuple) -> _BindPlan | Non
         first = signature.normalize(slots_args, slots_kwargs)
         call_args, call_kwargs = first.args, first.kwargs
         arguments = signature.normalize(call_args, call_kwargs).arguments
-        specs = (_spec(call_args), _spec(call_kwargs), _spec(arguments))
-    except (TypeError, ValueError):
+        return _BindPlan(_spec(call_args), _spec(call_kwargs), _spec(arguments))
+    except (TypeError, ValueError):  # a shape that does not bind, or values that are not placeholders only
         return None
-    if type(specs[0]) is not tuple or type(specs[1]) is not dict or type(specs[2]) is not dict:
-        return None
-    return _BindPlan(*specs)
 
 
 def _spec(value: Any) -> Any:
