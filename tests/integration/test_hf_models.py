@@ -154,6 +154,15 @@ def test_jit_tuning_tunes_the_model(tuned, name):
     assert set(stock["served"]) == {0} and stock["served"]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_jit_tuning_keeps_its_samples_in_the_childs_own_folder(tuned, workdir, mode):
+    """The three children tune the same models at once: each JIT module's folder (named by the model's hierarchy,
+    the same in every child) must be the child's own, or one child reads another's half-written samples."""
+    assert tuned[mode]["mode"] == mode
+    (jit_cache,) = (workdir / f"tune-{mode}").glob("cache-*.jit")
+    assert len(list(jit_cache.iterdir())) >= len(JIT_CASES)
+
+
 @pytest.mark.parametrize("mode", PATCHED)
 def test_recording_a_filled_static_cache_fails_as_in_stock(tuned, mode):
     """Stock AITune cannot record a second prompt of one batch size under ``cache_implementation="static"``

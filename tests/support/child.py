@@ -119,14 +119,18 @@ def aitune_env(cache_dir: Path, *, path: Iterable[Path] = (), drop: Iterable[str
     The stand-in ``tensorrt`` (AITune imports it unconditionally; it is not TensorRT) and ``path`` go first on
     PYTHONPATH. ``AUTOWRAPT_BOOTSTRAP`` (which would patch AITune on import), ``NVTX_DISABLE`` and ``drop`` are
     removed: the child decides them. ``AITUNE_CACHE_DIR`` is ``cache_dir``, which must be the child's own:
-    ``ait.tune()`` empties its cache folder, pulling the files out from under a sibling still tuning. ``extra`` is
-    set last.
+    ``ait.tune()`` empties its cache folder, pulling the files out from under a sibling still tuning.
+    ``AITUNE_JIT_CACHE_DIR`` is ``cache_dir`` with ``.jit`` added (AITune's own naming, beside it, so that
+    ``tune()`` does not empty it): JIT tuning keeps its samples under a folder named by the model's hierarchy, the
+    same for the same model in every child, and children that share the default ``~/.cache/aitune.jit`` read each
+    other's half-written samples (``UnpicklingError``). ``extra`` is set last.
     """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TENSORRT_STUB), *map(str, path), env.get("PYTHONPATH")]))
     for name in ("AUTOWRAPT_BOOTSTRAP", "NVTX_DISABLE", *drop):
         env.pop(name, None)
     env["AITUNE_CACHE_DIR"] = str(cache_dir)
+    env["AITUNE_JIT_CACHE_DIR"] = f"{cache_dir}.jit"
     env.update(extra)
     return env
 
