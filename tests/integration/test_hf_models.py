@@ -158,7 +158,6 @@ def test_jit_tuning_tunes_the_model(tuned, name):
 def test_jit_tuning_keeps_its_samples_in_the_childs_own_folder(tuned, workdir, mode):
     """The three children tune the same models at once: each JIT module's folder (named by the model's hierarchy,
     the same in every child) must be the child's own, or one child reads another's half-written samples."""
-    assert tuned[mode]["mode"] == mode
     (jit_cache,) = (workdir / f"tune-{mode}").glob("cache-*.jit")
     assert len(list(jit_cache.iterdir())) >= len(JIT_CASES)
 
