@@ -590,14 +590,14 @@ def random_mode(workdir, seed, n):
 
         return run
 
-    modules = []
+    modules: dict = {}  # by the recording thread's index: either thread may make its module first
 
     @guarded
     def record(i):
         # a module recording calls of growing shapes: every distinct rank is one graph
-        if len(modules) <= i:
+        if i not in modules:
             torch.manual_seed(i)
-            modules.append(ait.Module(torch.nn.Linear(16, 4).eval(), f"rec-{i}", strategy=quick_strategy(ait)))
+            modules[i] = ait.Module(torch.nn.Linear(16, 4).eval(), f"rec-{i}", strategy=quick_strategy(ait))
             recorded[i] = set()
         rank = 2 + len(recorded[i]) % 3
         shape = (2,) * (rank - 1) + (16,)
@@ -648,7 +648,7 @@ def random_mode(workdir, seed, n):
         t.join(120)
         if t.is_alive():
             hung.append(t.name)
-    lost = {i: (len(m.graph_specs), len(recorded[i])) for i, m in enumerate(modules[:2]) if i in recorded}
+    lost = {i: (len(m.graph_specs), len(recorded[i])) for i, m in modules.items() if i in recorded}
     return {
         "errors": sorted(set(errors))[:10],
         "n_errors": len(errors),
@@ -657,7 +657,7 @@ def random_mode(workdir, seed, n):
         "refused": refused,
         "seconds": round(time.monotonic() - started, 1),
         "graphs_vs_ranks": {str(i): list(v) for i, v in lost.items()},
-        "keys": sorted({w for m in modules for w in key_worlds(m)}),
+        "keys": sorted({w for m in modules.values() for w in key_worlds(m)}),
         "patched": aitune_fast.is_aitune_patched(),
         **stats,
     }
