@@ -6,7 +6,7 @@ Change ``from aitune.torch.module.sample_metadata import SampleMetadata`` to
 
 import platform
 from collections.abc import Callable
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import torch
 
@@ -19,7 +19,25 @@ from aitune_fast._helpers import batch_tensor
 from aitune_fast._safe_enums import add_safe_enums, get_safe_enums, remove_safe_enums
 from aitune_fast._version import __version__ as __version__  # written once, in Cargo.toml
 from aitune_fast.global_context import BATCH_SIZE_KEY, global_context
-from aitune_fast.patch import is_aitune_patched, patch_aitune, unpatch_aitune
+
+if TYPE_CHECKING:
+    from aitune_fast.patch import is_aitune_patched, patch_aitune, unpatch_aitune
+
+# The AITune integration loads when first used (`aitune_fast.patch_aitune`, `AUTOWRAPT_BOOTSTRAP=aitune_fast`, the
+# import hook): a user of SampleMetadata alone imports none of it and gets no fork handler.
+_PATCH_NAMES = frozenset(("is_aitune_patched", "patch_aitune", "unpatch_aitune"))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PATCH_NAMES:
+        from aitune_fast import patch
+
+        return getattr(patch, name)
+    raise AttributeError(f"module 'aitune_fast' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _PATCH_NAMES)
 
 # Choose the tensor reader now: AITUNE_FAST_TENSOR_READER naming one this torch lacks fails the import.
 _core.tensor_reader()
