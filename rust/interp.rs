@@ -29,6 +29,8 @@ pub struct Interp {
     pub mapping_abc: Py<PyAny>,
     /// the type of `OrderedDict().items()`: iterating one yields each key of one dict once
     pub odict_items: Py<PyType>,
+    /// `collections.OrderedDict`
+    pub ordered_dict: Py<PyType>,
     pub prefill: Py<PyString>,
     pub decode: Py<PyString>,
     pub empty_str: Py<PyString>,
@@ -90,6 +92,11 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
                 .call0()?
                 .call_method0("items")?
                 .get_type()
+                .unbind(),
+            ordered_dict: py
+                .import("collections")?
+                .getattr("OrderedDict")?
+                .cast_into::<PyType>()?
                 .unbind(),
             prefill: PyString::intern(py, "prefill").unbind(),
             decode: PyString::intern(py, "decode").unbind(),

@@ -1,5 +1,5 @@
 //! The crate's layers, bottom up: `stack` (the recursion guard); `interp` and `reader`; `paths`
-//! and `tensor_spec`; `walk`; `metadata`; `codec`; `api`. A module never names a layer above its own (where a lower one needs
+//! and `tensor_spec`; `walk`; `metadata`; `codec`; `api`; `patch`. A module never names a layer above its own (where a lower one needs
 //! something from above, it is passed in, or the method lives above: the Python method tables of
 //! `Locator` and `SampleMetadata` are in `api/`). Checked here, in tests, by reading the sources.
 //!
@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["metadata"],
     &["codec"],
     &["api"],
+    &["patch"],
 ];
 
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {

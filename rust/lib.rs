@@ -12,7 +12,10 @@
 //!   building from a walk, shape learning);
 //! - `codec/` (JSON text and dicts, both ways);
 //! - `api/` (the Python method tables of `Locator` and `SampleMetadata`, whose methods come from
-//!   several layers).
+//!   several layers);
+//! - `patch/` (the AITune patch's runtime: the tuned-call path, its binding plans, the guards on
+//!   the code it does in place of Python's, the scans of live objects; mirrors
+//!   `python/aitune_fast/patch/`).
 
 use pyo3::prelude::*;
 
@@ -21,6 +24,7 @@ pub mod codec;
 pub mod interp;
 #[cfg(test)]
 mod layers;
+mod patch;
 pub mod metadata;
 pub mod paths;
 pub mod reader;
@@ -34,14 +38,22 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor_spec::TensorSpec>()?;
     m.add_class::<metadata::SampleMetadata>()?;
     m.add_class::<metadata::ExactSampleMetadata>()?;
-    m.add_class::<api::CallPath>()?;
-    m.add_class::<api::BindPlan>()?;
+    m.add_class::<patch::CallPath>()?;
+    m.add_class::<patch::BindPlan>()?;
+    m.add_class::<patch::ClassGuard>()?;
+    m.add_class::<patch::NameGuard>()?;
+    m.add_class::<patch::ContextPart>()?;
+    m.add_class::<patch::ForwardPart>()?;
+    m.add_class::<patch::TunedCallPart>()?;
+    m.add_class::<patch::InferPart>()?;
+    m.add_class::<patch::EagerPart>()?;
+    m.add_class::<patch::ModuleCallPart>()?;
     m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
     m.add_function(wrap_pyfunction!(codec::safe_enums::_safe_enum_table, m)?)?;
     m.add("MAX_DEPTH", walk::traversal::MAX_DEPTH)?;
-    m.add_function(wrap_pyfunction!(api::_gc_objects_but_tuples, m)?)?;
-    m.add_function(wrap_pyfunction!(api::_frames_running, m)?)?;
-    m.add_function(wrap_pyfunction!(api::_still_running, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_gc_objects_but_tuples, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_frames_running, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_still_running, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_reader, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
     m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;

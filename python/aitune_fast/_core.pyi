@@ -25,6 +25,14 @@ __all__ = [
     "_still_running",
     "_CallPath",
     "_BindPlan",
+    "_ClassGuard",
+    "_NameGuard",
+    "_ContextPart",
+    "_ForwardPart",
+    "_TunedCallPart",
+    "_InferPart",
+    "_EagerPart",
+    "_ModuleCallPart",
     "MAX_DEPTH",
     "tensor_reader",
     "tensor_readers_available",
@@ -84,17 +92,186 @@ class _BindPlan:
         """The normalized ``(args, kwargs, arguments)`` of a call of this plan's shape."""
 
 @final
-class _CallPath:
-    """A tuned module's per-call path under ``patch_aitune()`` in one native call; built and used by
-    ``aitune_fast.patch._call_path`` only (its fields: AITune's objects and the path's Python steps)."""
+class _ContextPart:
+    """AITune's global context, pushed and popped in place of ``with global_context:`` and ``set``."""
 
-    def __new__(cls, **fields: Any) -> Self: ...
+    def __new__(cls, *, obj: Any, context_cls: type, module_key: Any, backend_key: Any, guard: _ClassGuard) -> Self: ...
+    @property
+    def obj(self) -> Any: ...
+    @property
+    def context_cls(self) -> type: ...
+    @property
+    def module_key(self) -> Any: ...
+    @property
+    def backend_key(self) -> Any: ...
+    @property
+    def guard(self) -> _ClassGuard: ...
+
+@final
+class _ForwardPart:
+    """``Module._forward``'s hook swap, done in the wrapped module's ``__dict__``."""
+
+    def __new__(
+        cls, *, module_cls: type, init_state: Any, nn_setattr: Any, stock_swap: Any, guard: _ClassGuard
+    ) -> Self: ...
+    @property
+    def module_cls(self) -> type: ...
+    @property
+    def init_state(self) -> Any: ...
+    @property
+    def nn_setattr(self) -> Any: ...
+    @property
+    def stock_swap(self) -> Any: ...
+    @property
+    def guard(self) -> _ClassGuard: ...
+
+@final
+class _TunedCallPart:
+    """``TunedModule.__call__``: binding, the module's context, the backend lookup."""
+
+    def __new__(
+        cls,
+        *,
+        tuned_cls: type,
+        shim: Any,
+        owner: Any,
+        binder: Any,
+        stock_steps: Any,
+        safe_call: Any,
+        unique_call: Any,
+    ) -> Self: ...
+    @property
+    def tuned_cls(self) -> type: ...
+    @property
+    def shim(self) -> Any: ...
+    @property
+    def owner(self) -> Any: ...
+    @property
+    def binder(self) -> Any: ...
+    @property
+    def stock_steps(self) -> Any: ...
+    @property
+    def safe_call(self) -> Any: ...
+    @property
+    def unique_call(self) -> Any: ...
+
+@final
+class _InferPart:
+    """``Backend.infer``: its context, nvtx range, hardware-metrics scope and state check."""
+
+    def __new__(
+        cls,
+        *,
+        shim: Any,
+        stock: Any,
+        describe: Any,
+        annotation: Any,
+        nvtx_decorator: Any,
+        nvtx_module: Any,
+        metrics_module: Any,
+        scope: str,
+        states: tuple[Any, ...],
+        annotations: dict[str, Any],
+        annotate_cls: list[Any],
+    ) -> Self: ...
+    @property
+    def shim(self) -> Any: ...
+    @property
+    def stock(self) -> Any: ...
+    @property
+    def describe(self) -> Any: ...
+    @property
+    def annotation(self) -> Any: ...
+    @property
+    def nvtx_decorator(self) -> Any: ...
+    @property
+    def nvtx_module(self) -> Any: ...
+    @property
+    def metrics_module(self) -> Any: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def states(self) -> tuple[Any, ...]: ...
+    @property
+    def annotations(self) -> dict[str, Any]: ...
+    @property
+    def annotate_cls(self) -> list[Any]: ...
+
+@final
+class _EagerPart:
+    """Stock TorchEager's ``_infer``: the module called with grad off."""
+
+    def __new__(
+        cls, *, infer: Any, grad_enabled: Any, set_grad_enabled: Any, grad_guards: tuple[Any, ...]
+    ) -> Self: ...
+    @property
+    def infer(self) -> Any: ...
+    @property
+    def grad_enabled(self) -> Any: ...
+    @property
+    def set_grad_enabled(self) -> Any: ...
+    @property
+    def grad_guards(self) -> tuple[Any, ...]: ...
+
+@final
+class _ModuleCallPart:
+    """``nn.Module.__call__`` where it would only call ``forward``."""
+
+    def __new__(cls, *, call: Any, call_impl: Any, globals: dict[str, Any], is_tracing: Any) -> Self: ...
+    @property
+    def call(self) -> Any: ...
+    @property
+    def call_impl(self) -> Any: ...
+    @property
+    def globals(self) -> dict[str, Any]: ...
+    @property
+    def is_tracing(self) -> Any: ...
+
+@final
+class _CallPath:
+    """A tuned module's per-call path under ``patch_aitune()`` in one native call, built from the parts
+    ``aitune_fast.patch._call_path`` learned (None where one was not: its step runs stock's code)."""
+
+    def __new__(
+        cls,
+        *,
+        context: _ContextPart | None = None,
+        forward: _ForwardPart | None = None,
+        tuned: _TunedCallPart | None = None,
+        infer: _InferPart | None = None,
+        eager: _EagerPart | None = None,
+        module_call: _ModuleCallPart | None = None,
+    ) -> Self: ...
     def forward(self, proxy: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
         """``Module._forward``: the hook swap around the tuned wrapper's call."""
     def call(self, tuned: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
         """``TunedModule.__call__``: binding, AITune's context, the backend lookup and its ``infer``."""
     def infer(self, backend: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
         """``Backend.infer``: its context, nvtx range, metrics scope, state check and ``_infer``."""
+
+@final
+class _ClassGuard:
+    """Whether a class still holds, under some names, the objects it held when the guard was made (its version tag
+    compared while nothing changed; the names looked up again, without descriptors, when something did)."""
+
+    def __new__(cls, owner: type, names: tuple[str, ...], /) -> Self: ...
+    def holds(self) -> bool:
+        """Whether the class holds the same objects under the guarded names as when the guard was made."""
+    @property
+    def cls(self) -> type:
+        """The guarded class."""
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The guarded names, in the order given."""
+
+@final
+class _NameGuard:
+    """Whether a namespace (a module's ``vars()``) still names, under some names, the objects it named when the guard
+    was made."""
+
+    def __new__(cls, namespace: dict[str, Any], names: tuple[str, ...], /) -> Self: ...
+    def holds(self) -> bool:
+        """Whether the namespace holds the same objects under the guarded names."""
 
 _Accessor = int | str | Any
 

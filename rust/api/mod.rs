@@ -5,12 +5,8 @@
 //! (each call's argument and `self` checks) allocates and frees an iterator over the blocks:
 //! about 1,000 instructions of a one-tensor dispatch.
 
-mod bind_plan;
-mod call_path;
-mod live;
 mod locator;
 mod sample_metadata;
 
-pub use bind_plan::BindPlan;
-pub use call_path::CallPath;
-pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};
+pub(crate) use sample_metadata::describe_inputs;
+

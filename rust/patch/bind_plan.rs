@@ -52,9 +52,11 @@ impl Source {
         &self,
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Result<Bound<'py, PyAny>, Unbound> {
         let py = args.py();
-        stack::check("binding a call with a _BindPlan")?;
+        if !stack::room_left() {
+            return Err(Unbound::Short);
+        }
         Ok(match self {
             Self::Arg(index) => args.get_item(*index)?, // IndexError past the end
             Self::Keyword(name) => {
@@ -65,7 +67,7 @@ impl Source {
             }
             Self::Tuple(items) => {
                 let values = items.iter().map(|item| item.build(args, kwargs));
-                PyTuple::new(py, values.collect::<PyResult<Vec<_>>>()?)?.into_any()
+                PyTuple::new(py, values.collect::<Result<Vec<_>, _>>()?)?.into_any()
             }
             Self::Dict(entries) => {
                 let dict = PyDict::new(py);
@@ -75,6 +77,19 @@ impl Source {
                 dict.into_any()
             }
         })
+    }
+}
+
+/// Why a plan gave no values: the thread's stack too short to build them here (the caller binds
+/// as stock does instead, or raises RecursionError), or the call's own error.
+pub enum Unbound {
+    Short,
+    Error(PyErr),
+}
+
+impl From<PyErr> for Unbound {
+    fn from(err: PyErr) -> Self {
+        Self::Error(err)
     }
 }
 
@@ -126,19 +141,23 @@ impl BindPlan {
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let call = self.bind(args, kwargs)?;
+        let call = match self.bind(args, kwargs) {
+            Ok(call) => call,
+            Err(Unbound::Short) => return Err(stack::exhausted("binding a call with a _BindPlan")),
+            Err(Unbound::Error(err)) => return Err(err),
+        };
         PyTuple::new(args.py(), [call.args, call.kwargs, call.arguments])
     }
 }
 
 impl BindPlan {
     /// The normalized values of this call (of the plan's shape: a value it does not have is an
-    /// IndexError or a KeyError).
+    /// IndexError or a KeyError), or [`Unbound::Short`] where the stack has too little room left.
     pub fn bind<'py>(
         &self,
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
-    ) -> PyResult<BoundCall<'py>> {
+    ) -> Result<BoundCall<'py>, Unbound> {
         Ok(BoundCall {
             args: self.args.build(args, kwargs)?,
             kwargs: self.kwargs.build(args, kwargs)?,

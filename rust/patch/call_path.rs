@@ -1,96 +1,81 @@
 //! A tuned module's per-call path under `patch_aitune()`, in one native call: `Module._forward`'s
 //! hook swap, `TunedModule.__call__` (binding, AITune's context, the backend lookup) and
 //! `Backend.infer` (its three decorators and TorchEager's no-grad call), as
-//! `python/aitune_fast/patch/_call_path.py` describes them. That module installs the path, decides
-//! what is AITune's own code, and holds the steps that stay in Python (the binder cache,
-//! `describe()`'s cache, the nvtx object cache on a miss, and every fall back to stock's code); it
-//! gives them to one `_CallPath` object, whose fields it keeps in step with what it learns.
+//! `python/aitune_fast/patch/_call_path.py` describes them. That module learns the path's parts
+//! (`parts.rs`, each whole or not at all) and holds the steps that stay in Python (the binder
+//! cache, `describe()`'s cache, the nvtx object on a miss, and every fall back to stock's code).
+//! A step done here in place of stock's code runs only while that code is still there (the parts'
+//! guards, `guard.rs`); otherwise stock's code runs.
 //!
 //! Each step does what the Python it replaces does, in the same order, with the same calls into
 //! Python objects (so their errors and side effects are stock's); `try`/`finally` and `with` are
 //! written out as "run, then always undo, the undo's error winning" (Python's `finally`).
 
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
-use super::bind_plan::{BindPlan, BoundCall};
-use super::sample_metadata::describe_inputs;
+use super::bind_plan::{BindPlan, BoundCall, Unbound};
+use super::guard::{ClassGuard, NameGuard};
+use super::parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
+use crate::api::describe_inputs;
+use crate::interp::interp;
 use crate::metadata::SampleMetadata;
 
-/// Declares the fields of [`CallPath`] once: the struct, the constructor's check of each keyword
-/// name, and the list the GC traverses.
-macro_rules! call_path_fields {
-    ($($name:ident),* $(,)?) => {
-        /// What the call path needs of AITune and of its own Python steps, given whole to the
-        /// constructor by `_call_path._rebuild_native()` (None until the part that needs it is
-        /// installed). Frozen: a call in flight keeps the object it started with, and a new part
-        /// installed makes a new object.
-        #[pyclass(module = "aitune_fast._core", name = "_CallPath", frozen)]
-        #[derive(Default)]
-        pub struct CallPath {
-            $($name: Option<Py<PyAny>>,)*
-        }
-
-        impl CallPath {
-            fn set(&mut self, name: &str, value: Py<PyAny>) -> bool {
-                match name {
-                    $(stringify!($name) => self.$name = Some(value),)*
-                    _ => return false,
-                }
-                true
-            }
-
-            fn fields(&self) -> impl Iterator<Item = &Py<PyAny>> {
-                [$(&self.$name),*].into_iter().flatten()
-            }
-        }
-    };
+/// The path: its parts as `_call_path` learned them (None where a part was not learned: its step
+/// runs stock's code). Frozen: a call in flight keeps the object it started with, and a part newly
+/// learned goes into a new one.
+#[pyclass(module = "aitune_fast._core", name = "_CallPath", frozen)]
+pub struct CallPath {
+    context: Option<Py<ContextPart>>,
+    forward: Option<Py<ForwardPart>>,
+    tuned: Option<Py<TunedCallPart>>,
+    infer: Option<Py<InferPart>>,
+    eager: Option<Py<EagerPart>>,
+    module_call: Option<Py<ModuleCallPart>>,
 }
 
-call_path_fields!(
-    init_state,
-    module_cls,
-    nn_setattr,
-    ordered_dict,
-    forward_stock_swap,
-    tuned_cls,
-    tuned_call,
-    tuned_module,
-    binder,
-    call_stock_steps,
-    context,
-    context_cls,
-    module_key,
-    backend_key,
-    safe_call,
-    unique_call,
-    our_infer,
-    parts,
-    describe,
-    annotation,
-    eager_infer,
-    grad_enabled,
-    set_grad_enabled,
-    module_call,
-    module_call_impl,
-    module_globals,
-    is_tracing,
-);
-
-/// A field the installed step needs, or a RuntimeError naming it (a path installed half-way).
-fn field<'py>(
-    py: Python<'py>,
-    value: &Option<Py<PyAny>>,
-    name: &str,
-) -> PyResult<Bound<'py, PyAny>> {
+/// The part a step needs, or a RuntimeError naming it (its shim installed without it, which the
+/// install order never does).
+fn part<'a, T>(value: &'a Option<Py<T>>, name: &str) -> PyResult<&'a T>
+where
+    T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+{
     match value {
-        Some(value) => Ok(value.bind(py).clone()),
+        Some(value) => Ok(value.get()),
         None => Err(PyRuntimeError::new_err(format!(
-            "aitune_fast call path: `{name}` is not set (the path was not installed whole)"
+            "aitune_fast call path: its {name} part is not learned"
         ))),
     }
+}
+
+/// The part itself, as a Python object.
+fn part_of<'a, 'py, T: pyo3::PyClass>(
+    py: Python<'py>,
+    value: &'a Option<Py<T>>,
+) -> PyResult<&'a Bound<'py, T>> {
+    match value {
+        Some(value) => Ok(value.bind(py)),
+        None => Err(PyRuntimeError::new_err(
+            "aitune_fast call path: a part is not learned",
+        )),
+    }
+}
+
+/// Whether every guard in `guards` (each a `_ClassGuard` or a `_NameGuard`) holds.
+fn all_hold(py: Python<'_>, guards: &Bound<'_, PyTuple>) -> PyResult<bool> {
+    for guard in guards.iter() {
+        let holds = if let Ok(guard) = guard.cast::<ClassGuard>() {
+            guard.get().holds(py)?
+        } else {
+            guard.cast::<NameGuard>()?.get().holds(py)?
+        };
+        if !holds {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// `dict[key]`, raising KeyError as a subscript does.
@@ -174,30 +159,35 @@ fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
 
 #[pymethods]
 impl CallPath {
-    /// `_CallPath(**fields)`: each keyword one of the fields above (a value of None leaves it unset).
+    /// `_CallPath(*, context, forward, tuned, infer, eager, module_call)`: each a part of its type,
+    /// or None where it was not learned.
     #[new]
-    #[pyo3(signature = (**fields))]
-    fn py_new(fields: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let mut path = Self::default();
-        for (name, value) in fields.into_iter().flat_map(|fields| fields.iter()) {
-            let name = name.cast::<PyString>()?.to_str()?.to_owned();
-            if value.is_none() {
-                continue;
-            }
-            if !path.set(&name, value.unbind()) {
-                return Err(PyTypeError::new_err(format!(
-                    "_CallPath: no field {name:?}"
-                )));
-            }
+    #[pyo3(signature = (*, context=None, forward=None, tuned=None, infer=None, eager=None, module_call=None))]
+    fn py_new(
+        context: Option<Py<ContextPart>>,
+        forward: Option<Py<ForwardPart>>,
+        tuned: Option<Py<TunedCallPart>>,
+        infer: Option<Py<InferPart>>,
+        eager: Option<Py<EagerPart>>,
+        module_call: Option<Py<ModuleCallPart>>,
+    ) -> Self {
+        Self {
+            context,
+            forward,
+            tuned,
+            infer,
+            eager,
+            module_call,
         }
-        Ok(path)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for value in self.fields() {
-            visit.call(value)?;
-        }
-        Ok(())
+        visit.call(&self.context)?;
+        visit.call(&self.forward)?;
+        visit.call(&self.tuned)?;
+        visit.call(&self.infer)?;
+        visit.call(&self.eager)?;
+        visit.call(&self.module_call)
     }
 
     /// `Module._forward(self=proxy, ...)`: the wrapped module's own `forward` and no hooks in
@@ -210,48 +200,31 @@ impl CallPath {
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = proxy.py();
+        let swap = part(&self.forward, "forward")?;
         let state = proxy.getattr(intern!(py, "_self_state"))?;
-        if state.eq(field(py, &self.init_state, "init_state")?)? {
+        if state.eq(swap.init_state.bind(py))? {
             proxy.call_method0(intern!(py, "enable_recording"))?;
         }
         let inner = proxy.getattr(intern!(py, "__wrapped__"))?;
         let setattr = inner.get_type().getattr(intern!(py, "__setattr__"))?;
-        if !proxy
-            .get_type()
-            .is(field(py, &self.module_cls, "module_cls")?)
-            || !setattr.is(field(py, &self.nn_setattr, "nn_setattr")?)
+        if !proxy.get_type().is(swap.module_cls.bind(py))
+            || !setattr.is(swap.nn_setattr.bind(py))
+            || !swap.guard.get().holds(py)?
         {
-            return field(py, &self.forward_stock_swap, "forward_stock_swap")?
-                .call1((proxy, args, kwargs));
+            return swap.stock_swap.bind(py).call1((proxy, args, kwargs));
         }
         let namespace = inner.getattr(intern!(py, "__dict__"))?;
         let state = namespace.cast::<PyDict>()?;
-        let result = self.swap_out(proxy, state).and_then(|()| {
+        let result = swap_out(proxy, state).and_then(|()| {
             let wrapper = proxy.getattr(intern!(py, "_self_wrapper"))?;
-            let wrapper_cls = wrapper.get_type();
-            if wrapper_cls.is(field(py, &self.tuned_cls, "tuned_cls")?)
-                && wrapper_cls.getattr(intern!(py, "__call__"))?.is(field(
-                    py,
-                    &self.tuned_call,
-                    "tuned_call",
-                )?)
-            {
-                self.call(&wrapper, args, kwargs)
-            } else {
-                wrapper.call(args, Some(kwargs))
+            match &self.tuned {
+                Some(tuned) if self.is_tuned_call(tuned.get(), &wrapper)? => {
+                    self.call(&wrapper, args, kwargs)
+                }
+                _ => wrapper.call(args, Some(kwargs)),
             }
         });
-        let restored = (|| {
-            let pre = item(state, intern!(py, "_current_forward_pre_hooks"))?;
-            state.set_item(intern!(py, "_forward_pre_hooks"), pre)?;
-            state.set_item(
-                intern!(py, "forward"),
-                proxy.getattr(intern!(py, "_self_proxy_forward"))?,
-            )?;
-            let post = item(state, intern!(py, "_current_forward_hooks"))?;
-            state.set_item(intern!(py, "_forward_hooks"), post)
-        })();
-        finally(py, result, restored)
+        finally(py, result, swap_back(proxy, state))
     }
 
     /// `TunedModule.__call__(tuned, *args, **kwargs)`: bound by the call shape's plan (`_BindPlan`),
@@ -266,28 +239,32 @@ impl CallPath {
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = tuned.py();
+        let steps = part(&self.tuned, "tuned call")?;
         let signature = tuned.getattr(intern!(py, "_forward_signature"))?;
-        let plan = field(py, &self.binder, "binder")?.call1((signature, args, kwargs))?;
-        let context = field(py, &self.context, "context")?;
-        if plan.is_none()
-            || !context
-                .get_type()
-                .is(field(py, &self.context_cls, "context_cls")?)
-        {
-            return field(py, &self.call_stock_steps, "call_stock_steps")?
-                .call1((tuned, args, kwargs));
+        let plan = steps.binder.bind(py).call1((signature, args, kwargs))?;
+        let stock = || steps.stock_steps.bind(py).call1((tuned, args, kwargs));
+        let Some(context) = self.stock_context(py)? else {
+            return stock();
+        };
+        if plan.is_none() {
+            return stock();
         }
         let BoundCall {
             args: call_args,
             kwargs: call_kwargs,
             arguments,
-        } = plan.cast::<BindPlan>()?.get().bind(args, kwargs)?;
+        } = match plan.cast::<BindPlan>()?.get().bind(args, kwargs) {
+            Ok(bound) => bound,
+            // too little stack left for the plan's few levels: bound as stock binds, never refused
+            Err(Unbound::Short) => return stock(),
+            Err(Unbound::Error(err)) => return Err(err),
+        };
         let func = tuned.getattr(intern!(py, "_backend_func"))?;
         let module_name = tuned.getattr(intern!(py, "_module_name"))?;
-        let key = field(py, &self.module_key, "module_key")?;
-        push_context(&context, Some((&key, &module_name)))?;
-        let result = self.call_backend(tuned, &func, &call_args, &call_kwargs, &arguments);
-        finally(py, result, pop_context(&context))
+        let obj = context.obj.bind(py);
+        push_context(obj, Some((context.module_key.bind(py), &module_name)))?;
+        let result = self.call_backend(steps, tuned, &func, &call_args, &call_kwargs, &arguments);
+        finally(py, result, pop_context(obj))
     }
 
     /// `Backend.infer(backend, *args, **kwargs)` (no `_method`): the backend described in a new
@@ -301,44 +278,82 @@ impl CallPath {
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = backend.py();
-        let parts = field(py, &self.parts, "parts")?;
-        let context = field(py, &self.context, "context")?;
-        if !context
-            .get_type()
-            .is(field(py, &self.context_cls, "context_cls")?)
-        {
-            let stock = parts.getattr(intern!(py, "stock"))?;
+        let steps = part(&self.infer, "infer")?;
+        let Some(context) = self.stock_context(py)? else {
             let mut all = vec![backend.clone()];
             all.extend(args.iter());
-            return stock.call(PyTuple::new(py, all)?, Some(kwargs));
-        }
-        let top = push_context(&context, None)?;
-        let result = self.infer_in_context(&parts, &top, backend, args, kwargs);
-        finally(py, result, pop_context(&context))
+            return steps
+                .stock
+                .bind(py)
+                .call(PyTuple::new(py, all)?, Some(kwargs));
+        };
+        let obj = context.obj.bind(py);
+        let top = push_context(obj, None)?;
+        let result = self.infer_in_context(steps, context, &top, backend, args, kwargs);
+        finally(py, result, pop_context(obj))
     }
 }
 
+/// `Module._forward`'s first half: the hook dicts kept (as copies) and emptied, the module's own
+/// `forward` in place.
+fn swap_out(proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+    let py = proxy.py();
+    let ordered_dict = interp(py)?.ordered_dict.bind(py);
+    let pre = ordered_dict.call1((item(state, intern!(py, "_forward_pre_hooks"))?,))?;
+    state.set_item(intern!(py, "_current_forward_pre_hooks"), pre)?;
+    let post = ordered_dict.call1((item(state, intern!(py, "_forward_hooks"))?,))?;
+    state.set_item(intern!(py, "_current_forward_hooks"), post)?;
+    state.set_item(intern!(py, "_forward_pre_hooks"), ordered_dict.call0()?)?;
+    state.set_item(
+        intern!(py, "forward"),
+        proxy.getattr(intern!(py, "_self_orig_forward"))?,
+    )?;
+    state.set_item(intern!(py, "_forward_hooks"), ordered_dict.call0()?)
+}
+
+/// `Module._forward`'s second half: the hooks and the routing `forward` back.
+fn swap_back(proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+    let py = proxy.py();
+    let pre = item(state, intern!(py, "_current_forward_pre_hooks"))?;
+    state.set_item(intern!(py, "_forward_pre_hooks"), pre)?;
+    state.set_item(
+        intern!(py, "forward"),
+        proxy.getattr(intern!(py, "_self_proxy_forward"))?,
+    )?;
+    let post = item(state, intern!(py, "_current_forward_hooks"))?;
+    state.set_item(intern!(py, "_forward_hooks"), post)
+}
+
 impl CallPath {
-    /// `Module._forward`'s first half: the hook dicts kept (as copies) and emptied, the module's
-    /// own `forward` in place.
-    fn swap_out(&self, proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()> {
-        let py = proxy.py();
-        let ordered_dict = field(py, &self.ordered_dict, "ordered_dict")?;
-        let pre = ordered_dict.call1((item(state, intern!(py, "_forward_pre_hooks"))?,))?;
-        state.set_item(intern!(py, "_current_forward_pre_hooks"), pre)?;
-        let post = ordered_dict.call1((item(state, intern!(py, "_forward_hooks"))?,))?;
-        state.set_item(intern!(py, "_current_forward_hooks"), post)?;
-        state.set_item(intern!(py, "_forward_pre_hooks"), ordered_dict.call0()?)?;
-        state.set_item(
-            intern!(py, "forward"),
-            proxy.getattr(intern!(py, "_self_orig_forward"))?,
-        )?;
-        state.set_item(intern!(py, "_forward_hooks"), ordered_dict.call0()?)
+    /// The context part, where AITune's context is the object it was learned from, of a class that
+    /// still holds AITune's `__enter__`, `__exit__`, `set` and `_current_data`, with no `set` of its
+    /// own: only then is pushing and popping its stack directly what stock's `with` and `set` do.
+    fn stock_context(&self, py: Python<'_>) -> PyResult<Option<&ContextPart>> {
+        let Some(context) = &self.context else {
+            return Ok(None);
+        };
+        let context = context.get();
+        let obj = context.obj.bind(py);
+        let stock = obj.get_type().is(context.context_cls.bind(py))
+            && context.guard.get().holds(py)?
+            && !has_own(obj, intern!(py, "set"))?;
+        Ok(stock.then_some(context))
+    }
+
+    /// Whether `wrapper` is a `TunedModule` whose class keeps the path's shim as its `__call__`.
+    fn is_tuned_call(&self, steps: &TunedCallPart, wrapper: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = wrapper.py();
+        let cls = wrapper.get_type();
+        Ok(cls.is(steps.tuned_cls.bind(py))
+            && cls
+                .getattr(intern!(py, "__call__"))?
+                .is(steps.shim.bind(py)))
     }
 
     /// Inside the module's context: the backend `func` picks, then its `infer`.
     fn call_backend<'py>(
         &self,
+        steps: &TunedCallPart,
         tuned: &Bound<'py, PyAny>,
         func: &Bound<'py, PyAny>,
         call_args: &Bound<'py, PyAny>,
@@ -347,95 +362,55 @@ impl CallPath {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = tuned.py();
         let method = func.getattr_opt(intern!(py, "__func__"))?;
-        let own = |expected: &Option<Py<PyAny>>| -> PyResult<bool> {
-            Ok(match (&method, expected) {
-                (Some(method), Some(expected)) if method.is(expected.bind(py)) => {
+        let own = |expected: &Py<PyAny>| -> PyResult<bool> {
+            Ok(match &method {
+                Some(method) if method.is(expected.bind(py)) => {
                     func.getattr(intern!(py, "__self__"))?.is(tuned)
                 }
                 _ => false,
             })
         };
-        let backend = if own(&self.safe_call)? {
-            self.backend_for(tuned, arguments)?
-        } else if own(&self.unique_call)? {
+        let backend = if own(&steps.safe_call)? {
+            backend_for(steps, tuned, arguments)?
+        } else if own(&steps.unique_call)? {
             tuned.getattr(intern!(py, "_unique_backend"))?
         } else {
             return func.call1(((call_args, call_kwargs),));
         };
         let args = call_args.cast::<PyTuple>()?;
         let kwargs = call_kwargs.cast::<PyDict>()?;
-        let infer = backend.get_type().getattr_opt(intern!(py, "infer"))?;
-        if infer.is_some_and(|f| {
-            self.our_infer
-                .as_ref()
-                .is_some_and(|ours| f.is(ours.bind(py)))
-        }) && !has_own(&backend, intern!(py, "infer"))?
-            && !kwargs.contains(intern!(py, "_method"))?
-        {
-            return self.infer(&backend, args, kwargs);
+        if let Some(infer) = &self.infer {
+            let ours = backend.get_type().getattr_opt(intern!(py, "infer"))?;
+            if ours.is_some_and(|f| f.is(infer.get().shim.bind(py)))
+                && !has_own(&backend, intern!(py, "infer"))?
+                && !kwargs.contains(intern!(py, "_method"))?
+            {
+                return self.infer(&backend, args, kwargs);
+            }
         }
         backend
             .getattr(intern!(py, "infer"))?
             .call(args, Some(kwargs))
     }
 
-    /// `safe_call_backend`'s lookup: the backend whose key equals the call's metadata.
-    fn backend_for<'py>(
-        &self,
-        tuned: &Bound<'py, PyAny>,
-        arguments: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = tuned.py();
-        let owner = field(py, &self.tuned_module, "tuned_module")?;
-        let sample_metadata = owner.getattr(intern!(py, "SampleMetadata"))?;
-        let strict = tuned
-            .getattr(intern!(py, "_config"))?
-            .getattr(intern!(py, "strict_mode"))?;
-        let metadata = if sample_metadata.is(py.get_type::<SampleMetadata>()) {
-            Bound::new(py, describe_inputs(py, arguments, Some(&strict), None)?)?.into_any()
-        } else {
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(intern!(py, "strict"), &strict)?;
-            sample_metadata.call_method(intern!(py, "from_inputs"), (arguments,), Some(&kwargs))?
-        };
-        let backends = tuned.getattr(intern!(py, "_backends"))?;
-        let missing = || -> PyResult<PyErr> {
-            let message = tuned
-                .getattr(intern!(py, "ERROR_NO_BACKEND_FOUND"))?
-                .call_method1(intern!(py, "format"), (&metadata,))?;
-            Ok(PyRuntimeError::new_err(message.unbind()))
-        };
-        let ordered = field(py, &self.ordered_dict, "ordered_dict")?;
-        let kind = backends.get_type();
-        if kind.is(&ordered) || kind.is(py.get_type::<PyDict>()) {
-            return match backends.cast::<PyDict>()?.get_item(&metadata)? {
-                Some(backend) => Ok(backend),
-                None => Err(missing()?),
-            };
-        }
-        if !backends.contains(&metadata)? {
-            return Err(missing()?);
-        }
-        backends.get_item(&metadata)
-    }
-
     /// `Backend.infer`'s body in its context (`top`, already pushed).
     fn infer_in_context<'py>(
         &self,
-        parts: &Bound<'py, PyAny>,
+        steps: &InferPart,
+        context: &ContextPart,
         top: &Bound<'py, PyAny>,
         backend: &Bound<'py, PyAny>,
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = backend.py();
-        let backend_key = field(py, &self.backend_key, "backend_key")?;
-        let description = field(py, &self.describe, "describe")?.call1((backend,))?;
-        top.set_item(&backend_key, description)?;
-        let decorator = parts.getattr(intern!(py, "nvtx_decorator"))?;
+        let backend_key = context.backend_key.bind(py);
+        let description = steps.describe.bind(py).call1((backend,))?;
+        top.set_item(backend_key, description)?;
+        let decorator = steps.nvtx_decorator.bind(py);
         let mut message = formatted(&decorator.getattr(intern!(py, "name"))?)?;
         for (label, key) in [
-            (" module:", field(py, &self.module_key, "module_key")?),
+            (" module:", context.module_key.bind(py)),
             (" backend:", backend_key),
         ] {
             let value = top.call_method1(intern!(py, "get"), (key,))?;
@@ -445,10 +420,10 @@ impl CallPath {
             }
         }
         let message = PyString::new(py, &message);
-        let annotation = self.annotation_for(parts, &message)?;
+        let annotation = annotation_for(part_of(py, &self.infer)?, &message)?;
         decorator.setattr(intern!(py, "_nvtx_annotation"), &annotation)?;
         annotation.call_method0(intern!(py, "__enter__"))?;
-        let result = self.infer_scoped(parts, backend, args, kwargs);
+        let result = self.infer_scoped(steps, backend, args, kwargs);
         let (kind, value, trace) = match &result {
             Ok(_) => (
                 py.None().into_bound(py),
@@ -469,44 +444,20 @@ impl CallPath {
         }
     }
 
-    /// The nvtx `annotate` object for `message`, kept per message while `nvtx.annotate` is the
-    /// class the cache was filled from (else `_annotation` decides and makes one).
-    fn annotation_for<'py>(
-        &self,
-        parts: &Bound<'py, PyAny>,
-        message: &Bound<'py, PyString>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = parts.py();
-        let annotate = parts
-            .getattr(intern!(py, "nvtx_module"))?
-            .getattr(intern!(py, "nvtx"))?
-            .getattr(intern!(py, "annotate"))?;
-        if annotate.is(parts.getattr(intern!(py, "annotate_cls"))?) {
-            let kept = parts.getattr(intern!(py, "annotations"))?;
-            if let Some(annotation) = kept.cast::<PyDict>()?.get_item(message)? {
-                if !annotation.is_none() {
-                    return Ok(annotation);
-                }
-            }
-        }
-        field(py, &self.annotation, "annotation")?.call1((parts, message))
-    }
-
     /// Inside the nvtx range: the hardware-metrics scope around the state check and `_infer`.
     fn infer_scoped<'py>(
         &self,
-        parts: &Bound<'py, PyAny>,
+        steps: &InferPart,
         backend: &Bound<'py, PyAny>,
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = backend.py();
-        let metrics = parts.getattr(intern!(py, "metrics_module"))?;
-        let scope = parts.getattr(intern!(py, "scope"))?;
+        let metrics = steps.metrics_module.bind(py);
         metrics
             .call_method0(intern!(py, "get_default_collector"))?
-            .call_method1(intern!(py, "start_scope"), (scope,))?;
-        let result = self.checked_infer(parts, backend, args, kwargs);
+            .call_method1(intern!(py, "start_scope"), (steps.scope.bind(py),))?;
+        let result = self.checked_infer(steps, backend, args, kwargs);
         let ended = metrics
             .call_method0(intern!(py, "get_default_collector"))
             .and_then(|collector| collector.call_method0(intern!(py, "end_scope")))
@@ -517,38 +468,121 @@ impl CallPath {
     /// The backend's state checked, then its `_infer`.
     fn checked_infer<'py>(
         &self,
-        parts: &Bound<'py, PyAny>,
+        steps: &InferPart,
         backend: &Bound<'py, PyAny>,
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = backend.py();
         let state = backend.getattr(intern!(py, "state"))?;
-        let states = parts.getattr(intern!(py, "states"))?;
+        let states = steps.states.bind(py);
         if state.ne(states.get_item(0)?)? && state.ne(states.get_item(1)?)? {
             let name = formatted(&backend.getattr(intern!(py, "name"))?)?;
             return Err(PyRuntimeError::new_err(format!(
                 "Cannot run inference, backend {name} should be activated first"
             )));
         }
-        let eager = field(py, &self.eager_infer, "eager_infer").ok();
-        let own_infer = backend.get_type().getattr(intern!(py, "_infer"))?;
-        if eager.is_none_or(|eager| !own_infer.is(eager))
-            || has_own(backend, intern!(py, "_infer"))?
-        {
-            return backend
+        match &self.eager {
+            Some(eager) if is_stock_eager(eager.get(), backend)? => {
+                self.eager_infer(eager.get(), backend, args, kwargs)
+            }
+            _ => backend
                 .getattr(intern!(py, "_infer"))?
-                .call(args, Some(kwargs));
+                .call(args, Some(kwargs)),
         }
-        // stock TorchEager's `_infer`: `with torch.no_grad(): return self._orig_module(...)`
-        let enabled = field(py, &self.grad_enabled, "grad_enabled")?.call0()?;
-        let set_grad = field(py, &self.set_grad_enabled, "set_grad_enabled")?;
+    }
+
+    /// Stock TorchEager's `_infer`: `with torch.no_grad(): return self._orig_module(...)`.
+    fn eager_infer<'py>(
+        &self,
+        eager: &EagerPart,
+        backend: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = backend.py();
+        let enabled = eager.grad_enabled.bind(py).call0()?;
+        let set_grad = eager.set_grad_enabled.bind(py);
         set_grad.call1((false,))?;
         let result = backend
             .getattr(intern!(py, "_orig_module"))
             .and_then(|module| self.call_module(&module, args, kwargs));
         finally(py, result, set_grad.call1((enabled,)).map(drop))
     }
+}
+
+/// Whether `backend`'s `_infer` is stock TorchEager's, not hidden by its own, with `torch.no_grad`
+/// and what it calls torch's own and unchanged.
+fn is_stock_eager(eager: &EagerPart, backend: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = backend.py();
+    let own_infer = backend.get_type().getattr(intern!(py, "_infer"))?;
+    Ok(own_infer.is(eager.infer.bind(py))
+        && !has_own(backend, intern!(py, "_infer"))?
+        && all_hold(py, eager.grad_guards.bind(py))?)
+}
+
+/// `safe_call_backend`'s lookup: the backend whose key equals the call's metadata.
+fn backend_for<'py>(
+    steps: &TunedCallPart,
+    tuned: &Bound<'py, PyAny>,
+    arguments: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tuned.py();
+    let sample_metadata = steps
+        .owner
+        .bind(py)
+        .getattr(intern!(py, "SampleMetadata"))?;
+    let strict = tuned
+        .getattr(intern!(py, "_config"))?
+        .getattr(intern!(py, "strict_mode"))?;
+    let metadata = if sample_metadata.is(py.get_type::<SampleMetadata>()) {
+        Bound::new(py, describe_inputs(py, arguments, Some(&strict), None)?)?.into_any()
+    } else {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "strict"), &strict)?;
+        sample_metadata.call_method(intern!(py, "from_inputs"), (arguments,), Some(&kwargs))?
+    };
+    let backends = tuned.getattr(intern!(py, "_backends"))?;
+    let missing = || -> PyResult<PyErr> {
+        let message = tuned
+            .getattr(intern!(py, "ERROR_NO_BACKEND_FOUND"))?
+            .call_method1(intern!(py, "format"), (&metadata,))?;
+        Ok(PyRuntimeError::new_err(message.unbind()))
+    };
+    let kind = backends.get_type();
+    if kind.is(interp(py)?.ordered_dict.bind(py)) || kind.is(py.get_type::<PyDict>()) {
+        return match backends.cast::<PyDict>()?.get_item(&metadata)? {
+            Some(backend) => Ok(backend),
+            None => Err(missing()?),
+        };
+    }
+    if !backends.contains(&metadata)? {
+        return Err(missing()?);
+    }
+    backends.get_item(&metadata)
+}
+
+/// The nvtx `annotate` object for `message`, kept per message while `nvtx.annotate` is the class
+/// the cache was filled from (else `_annotation` decides and makes one).
+fn annotation_for<'py>(
+    part: &Bound<'py, InferPart>,
+    message: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = message.py();
+    let steps = part.get();
+    let annotate = steps
+        .nvtx_module
+        .bind(py)
+        .getattr(intern!(py, "nvtx"))?
+        .getattr(intern!(py, "annotate"))?;
+    if annotate.is(steps.annotate_cls.bind(py).get_item(0)?) {
+        if let Some(annotation) = steps.annotations.bind(py).get_item(message)? {
+            if !annotation.is_none() {
+                return Ok(annotation);
+            }
+        }
+    }
+    steps.annotation.bind(py).call1((part, message))
 }
 
 impl CallPath {
@@ -561,74 +595,70 @@ impl CallPath {
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.calls_forward_only(module)? {
-            let py = module.py();
-            return module
-                .getattr(intern!(py, "forward"))?
-                .call(args, Some(kwargs));
+        if let Some(torch_call) = &self.module_call {
+            if calls_forward_only(torch_call.get(), module)? {
+                let py = module.py();
+                return module
+                    .getattr(intern!(py, "forward"))?
+                    .call(args, Some(kwargs));
+            }
         }
         module.call(args, Some(kwargs))
     }
+}
 
-    /// Whether `value` is an empty dict or `OrderedDict` (exactly: a subclass's truth may be its own).
-    fn empty_dict(&self, value: Option<Bound<'_, PyAny>>) -> bool {
-        value.is_some_and(|value| {
-            let py = value.py();
-            let kind = value.get_type();
-            let known = kind.is(py.get_type::<PyDict>())
-                || self
-                    .ordered_dict
-                    .as_ref()
-                    .is_some_and(|od| kind.is(od.bind(py)));
-            // a dict or OrderedDict exactly: its length is its truth
-            known && value.cast::<PyDict>().is_ok_and(|dict| dict.is_empty())
-        })
-    }
+/// Whether `value` is an empty dict or `OrderedDict` (exactly: a subclass's truth may be its own).
+fn empty_dict(value: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+    let Some(value) = value else {
+        return Ok(false);
+    };
+    let py = value.py();
+    let kind = value.get_type();
+    let known =
+        kind.is(py.get_type::<PyDict>()) || kind.is(interp(py)?.ordered_dict.bind(py));
+    // a dict or OrderedDict exactly: its length is its truth
+    Ok(known && value.cast::<PyDict>().is_ok_and(|dict| dict.is_empty()))
+}
 
-    fn calls_forward_only(&self, module: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let py = module.py();
-        let (Some(call), Some(call_impl), Some(globals), Some(is_tracing)) = (
-            &self.module_call,
-            &self.module_call_impl,
-            &self.module_globals,
-            &self.is_tracing,
-        ) else {
-            return Ok(false);
-        };
-        let cls = module.get_type();
-        if !cls.getattr(intern!(py, "__call__"))?.is(call)
-            || !cls.getattr(intern!(py, "_call_impl"))?.is(call_impl)
-        {
-            return Ok(false);
-        }
-        let Some(namespace) = module.getattr_opt(intern!(py, "__dict__"))? else {
-            return Ok(false);
-        };
-        let Ok(namespace) = namespace.cast::<PyDict>() else {
-            return Ok(false);
-        };
-        // torch's class attribute (None), or the instance's once `module.compile()` ran
-        match module.getattr_opt(intern!(py, "_compiled_call_impl"))? {
-            Some(compiled) if compiled.is_none() => {}
-            _ => return Ok(false),
-        }
-        let globals = globals.bind(py).cast::<PyDict>()?;
-        // the hook dicts `nn.Module._call_impl` reads on the module, and torch's global ones
-        let hooks = [
-            (namespace, intern!(py, "_backward_hooks")),
-            (namespace, intern!(py, "_backward_pre_hooks")),
-            (namespace, intern!(py, "_forward_hooks")),
-            (namespace, intern!(py, "_forward_pre_hooks")),
-            (globals, intern!(py, "_global_backward_pre_hooks")),
-            (globals, intern!(py, "_global_backward_hooks")),
-            (globals, intern!(py, "_global_forward_hooks")),
-            (globals, intern!(py, "_global_forward_pre_hooks")),
-        ];
-        for (dict, name) in hooks {
-            if !self.empty_dict(dict.get_item(name)?) {
-                return Ok(false);
-            }
-        }
-        Ok(!is_tracing.bind(py).call0()?.is_truthy()?)
+fn calls_forward_only(torch_call: &ModuleCallPart, module: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = module.py();
+    let cls = module.get_type();
+    if !cls
+        .getattr(intern!(py, "__call__"))?
+        .is(torch_call.call.bind(py))
+        || !cls
+            .getattr(intern!(py, "_call_impl"))?
+            .is(torch_call.call_impl.bind(py))
+    {
+        return Ok(false);
     }
+    let Some(namespace) = module.getattr_opt(intern!(py, "__dict__"))? else {
+        return Ok(false);
+    };
+    let Ok(namespace) = namespace.cast::<PyDict>() else {
+        return Ok(false);
+    };
+    // torch's class attribute (None), or the instance's once `module.compile()` ran
+    match module.getattr_opt(intern!(py, "_compiled_call_impl"))? {
+        Some(compiled) if compiled.is_none() => {}
+        _ => return Ok(false),
+    }
+    let globals = torch_call.globals.bind(py);
+    // the hook dicts `nn.Module._call_impl` reads on the module, and torch's global ones
+    let hooks = [
+        (namespace, intern!(py, "_backward_hooks")),
+        (namespace, intern!(py, "_backward_pre_hooks")),
+        (namespace, intern!(py, "_forward_hooks")),
+        (namespace, intern!(py, "_forward_pre_hooks")),
+        (globals, intern!(py, "_global_backward_pre_hooks")),
+        (globals, intern!(py, "_global_backward_hooks")),
+        (globals, intern!(py, "_global_forward_hooks")),
+        (globals, intern!(py, "_global_forward_pre_hooks")),
+    ];
+    for (dict, name) in hooks {
+        if !empty_dict(dict.get_item(name)?)? {
+            return Ok(false);
+        }
+    }
+    Ok(!torch_call.is_tracing.bind(py).call0()?.is_truthy()?)
 }

@@ -134,6 +134,58 @@ def test_wrappers_put_on_aitunes_methods_before_the_patch_keep_running(tmp_path)
     assert patched == stock
 
 
+def test_code_done_in_place_runs_only_while_it_is_stock(tmp_path):
+    """A wrapper on a piece of stock code the call path does in place (torch's module call, AITune's hook-swap
+    helpers, its context's ``with`` and ``set``, ``torch.no_grad``), put there before the patch, after it, or between
+    an unpatch and a patch, runs as often as under stock AITune, with the same outputs (round six, items 1-4: before,
+    each ran 0 times of 3 patched)."""
+    out = run_script(CHILD, "inlined", str(tmp_path), workdir=tmp_path, timeout=TIMEOUT_S)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    assert set(out) == {
+        "nn.Module.__call__",
+        "nn.Module._call_impl",
+        "Module._restore_original_forward",
+        "Module._proxy_forward",
+        "GlobalContext.__enter__",
+        "GlobalContext.__exit__",
+        "GlobalContext.set",
+        "torch.no_grad",
+    }
+    for site, runs in out.items():
+        stock = runs.pop("stock")
+        assert stock[0] >= 3, site  # the wrapper runs at least once a call under stock AITune
+        for when, patched in runs.items():
+            assert patched == stock, (site, when)
+
+
+@pytest.mark.parametrize("mode", FAST)
+def test_describe_follows_config_objects_and_changing_defaults(runs, mode):
+    """A config with its own ``describe`` or ``_get_changed_fields`` is described by them, not by a description kept
+    for an equal config without; a ``default_factory`` default that changes changes the description (round six, items
+    5 and 6)."""
+    stock = runs["stock"]["tuned"]["describe_overrides"]
+    assert [message.split("backend:")[1] for message in stock] == [
+        "TorchEagerBackend()",
+        "TorchEagerBackend(labelled)",
+        "TorchEagerBackend()",
+        "TorchEagerBackend(own=1)",
+        "TorchEagerBackend()",
+        "TorchEagerBackend()",
+        "TorchEagerBackend(dtype=torch.float32)",
+    ]
+    assert runs[mode]["tuned"]["describe_overrides"] == stock
+
+
+@pytest.mark.parametrize("mode", FAST)
+def test_calls_on_small_stacks_return_as_stock(runs, mode):
+    """On threads with 36 and 40 KiB stacks every call returns, as stock's does (round six, item 9: the binding plan
+    refused them with RecursionError)."""
+    stock = runs["stock"]["tuned"]["small_stacks"]
+    assert all("ok" in result for results in stock.values() for result in results)
+    assert runs[mode]["tuned"]["small_stacks"] == stock
+
+
 @pytest.mark.parametrize("mode", FAST)
 def test_describe_is_kept_where_it_is_a_function_of_class_and_config(runs, mode):
     """TorchEager's and Inductor JIT's descriptions are kept (Inductor's config has AITune's own checking

@@ -6,7 +6,9 @@ Run as ``python tuned_call_child.py MODE WORKDIR``; prints one JSON document on 
   early   ``patch_aitune()`` before ``import aitune.torch``: modules built under the patch;
   meta    ``patch_aitune(call_path=False)``: the metadata-only patch;
   wrapped functools.wraps wrappers put on AITune's per-call methods before ``patch_aitune()``: how often each runs
-          over 3 calls, unpatched and patched.
+          over 3 calls, unpatched and patched;
+  inlined counting wrappers on the stock code the call path does in place (AITune's context, the hook-swap
+          helpers, torch's module call and no_grad), put there before and after ``patch_aitune()``.
 The transcript records what a user can observe (outputs, hooks, errors, AITune's context seen inside forward and by
 the nvtx and hardware-metrics layers, grad mode); ``late`` and ``early`` also record what the patch put in place,
 toggles under concurrent calls, and what ``unpatch_aitune()`` restored. Needs tests/fixtures/tensorrt_stub on
@@ -160,6 +162,8 @@ def transcript(ait, torch, m, probe, x):
     backend._config.autocast_dtype = None
     t["config_values"] = config_values(m, x, backend)
     t["describe_replaced"] = describe_replaced(m, x, backend)
+    t["describe_overrides"] = describe_overrides(torch, m, x, backend)
+    t["small_stacks"] = small_stacks(m, x)
     t["grad_on"] = [record(lambda: m(x).detach()), probe.seen[-1]["grad"], torch.is_grad_enabled()]
     with torch.no_grad():
         t["grad_off"] = [record(lambda: m(x)), probe.seen[-1]["grad"], torch.is_grad_enabled()]
@@ -225,6 +229,60 @@ def describe_replaced(m, x, backend):
             record(lambda: m(x))
             logs.append(LOG[0][1] if LOG else None)
     return logs
+
+
+def describe_overrides(torch, m, x, backend):
+    """describe() where it is not a function of the config's class and values (round six, items 5 and 6): a config
+    object with its own ``describe`` (or ``_get_changed_fields``) beside one with equal values and none, and a field
+    whose default comes from ``default_factory=torch.get_default_dtype`` as the default dtype changes. Each call's
+    nvtx range names the backend's description."""
+    import dataclasses
+
+    stock_config = backend._config
+    base = type(stock_config)
+    typed = dataclasses.make_dataclass(
+        "TypedConfig",
+        [("dtype", torch.dtype, dataclasses.field(default_factory=torch.get_default_dtype))],
+        bases=(base,),
+    )
+    labelled = base()
+    labelled.describe = lambda: "labelled"
+    changed = base()
+    changed._get_changed_fields = lambda *args, **kwargs: ["own=1"]
+    logs = []
+    configs = [base(), labelled, base(), changed, base(), typed(dtype=torch.float32)]
+    for config in configs:
+        backend._config = config
+        LOG.clear()
+        record(lambda: m(x))
+        logs.append(LOG[0][1] if LOG else None)
+    default = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)  # the fresh default config's dtype changes; the config's does not
+        LOG.clear()
+        record(lambda: m(x))
+        logs.append(LOG[0][1] if LOG else None)
+    finally:
+        torch.set_default_dtype(default)
+        backend._config = stock_config
+    return logs
+
+
+def small_stacks(m, x):
+    """Three calls on threads with small C stacks (36 and 40 KiB: stock's whole call fits; round six, item 9), each
+    call's output or error."""
+    out = {}
+    for kib in (36, 40):
+        results: list = []
+        previous = threading.stack_size(kib * 1024)
+        try:
+            worker = threading.Thread(target=lambda: results.extend(record(lambda: m(x)) for _ in range(3)))
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+        worker.join()
+        out[kib] = results
+    return out
 
 
 def describe_kept():
@@ -370,9 +428,96 @@ def wrapped(workdir: str) -> dict:
     return out
 
 
+def inlined_sites(torch):
+    """The stock code the call path does in place (round six, items 1-4), each as (name, how to wrap it): a function
+    that puts a counting wrapper there and returns how to take it away."""
+    import functools
+
+    from aitune.global_context import GlobalContext
+    from aitune.torch.module.wrapper_module import Module
+
+    def method(cls, name):
+        def wrap(count):
+            stock = vars(cls)[name]
+
+            @functools.wraps(stock)
+            def wrapper(*args, **kwargs):
+                count()
+                return stock(*args, **kwargs)
+
+            setattr(cls, name, wrapper)
+            return lambda: setattr(cls, name, stock)
+
+        return wrap
+
+    def no_grad(count):
+        stock = torch.no_grad
+
+        class CountingNoGrad(stock):
+            def __enter__(self):
+                count()
+                return super().__enter__()
+
+        torch.no_grad = CountingNoGrad
+        return lambda: setattr(torch, "no_grad", stock)
+
+    return {
+        "nn.Module.__call__": method(torch.nn.Module, "__call__"),
+        "nn.Module._call_impl": method(torch.nn.Module, "_call_impl"),
+        "Module._restore_original_forward": method(Module, "_restore_original_forward"),
+        "Module._proxy_forward": method(Module, "_proxy_forward"),
+        "GlobalContext.__enter__": method(GlobalContext, "__enter__"),
+        "GlobalContext.__exit__": method(GlobalContext, "__exit__"),
+        "GlobalContext.set": method(GlobalContext, "set"),
+        "torch.no_grad": no_grad,
+    }
+
+
+def inlined(workdir: str) -> dict:
+    """A counting wrapper on each piece of stock code the call path does in place: how often it runs over 3 calls of
+    a tuned module, and their outputs, stock, then with the wrapper put there before ``patch_aitune()``, after it
+    (once the path has run), and after an unpatch and patch again."""
+    import aitune.torch as ait
+    import aitune_fast
+    import torch
+
+    m, _probe = tune(ait, torch, models(torch), "inlined")
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    counted: list = []
+
+    def calls():
+        counted.clear()
+        with torch.no_grad():
+            results = [m(x).tolist() for _ in range(3)]
+        return [len(counted), results]
+
+    out = {}
+    for name, wrap in inlined_sites(torch).items():
+        unwrap = wrap(lambda: counted.append(1))
+        runs = {"stock": calls()}
+        aitune_fast.patch_aitune()
+        runs["before_patch"] = calls()
+        aitune_fast.unpatch_aitune()
+        unwrap()
+        aitune_fast.patch_aitune()
+        calls()  # the path runs (and its guards learn the classes as they are) before the wrapper comes
+        unwrap = wrap(lambda: counted.append(1))
+        runs["after_patch"] = calls()
+        aitune_fast.unpatch_aitune()
+        aitune_fast.patch_aitune()
+        runs["repatched"] = calls()
+        aitune_fast.unpatch_aitune()
+        unwrap()
+        out[name] = runs
+    return out
+
+
 def main(mode: str, workdir: str) -> dict:
     if mode == "wrapped":
         return wrapped(workdir)
+    if mode == "inlined":
+        fake_nvtx()
+        return inlined(workdir)
     if mode == "early":
         import aitune_fast
 

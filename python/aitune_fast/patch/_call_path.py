@@ -35,7 +35,18 @@ import types
 from collections import OrderedDict
 from typing import Any, cast
 
-from aitune_fast._core import _BindPlan, _CallPath
+from aitune_fast._core import (
+    _BindPlan,
+    _CallPath,
+    _ClassGuard,
+    _ContextPart,
+    _EagerPart,
+    _ForwardPart,
+    _InferPart,
+    _ModuleCallPart,
+    _NameGuard,
+    _TunedCallPart,
+)
 from aitune_fast.patch import _names
 from aitune_fast.patch._aitune import Context
 from aitune_fast.patch._objects import live_instances
@@ -59,7 +70,7 @@ _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
 
 
 class _Refs:
-    """AITune's objects the Python steps of the path use (the native path's are on :data:`_NATIVE`), looked up when
+    """AITune's objects the Python steps of the path use (the native path's are in its parts), looked up when
     their modules load."""
 
     normalize: Any = None  # stock's ForwardSignature.normalize: the binder compiles only calls of it
@@ -74,21 +85,86 @@ class _Refs:
 _refs = _Refs()
 # the native path (`_core._CallPath`, frozen): AITune's objects it uses and the Python steps it calls, given as each
 # part of the path is installed (install_*, learn_eager_infer); a call in flight keeps the object it started with
-_native_fields: dict[str, Any] = {"ordered_dict": OrderedDict}
-_NATIVE: Any = _CallPath(**_native_fields)
+# the native path (`_core._CallPath`, frozen) and the parts it was built from (`learn_*`; a part not learned is None,
+# and its step runs stock's code): a part newly learned makes a new object; a call in flight keeps the one it started
+# with
+_native_parts: dict[str, Any] = {}
+_NATIVE: Any = _CallPath()
 
 
-def _into_native(**fields: Any) -> None:
-    """Give the native path these fields (with AITune's global context as the patch learnt it): a new object."""
+def _into_native(**parts: Any) -> None:
+    """Give the native path these parts (with AITune's global context as the patch learnt it): a new object."""
     global _NATIVE
-    _native_fields.update(
-        fields,
-        context=Context.obj,
+    _native_parts.update(parts, context=learn_context())
+    _NATIVE = _CallPath(**_native_parts)
+
+
+def learn_context() -> _ContextPart | None:
+    """AITune's global context as the patch learnt it, where its class's ``with`` and ``set`` are AITune's own."""
+    guard = _context_guard(Context.cls)
+    if Context.obj is None or guard is None:
+        return None
+    return _ContextPart(
+        obj=Context.obj,
         context_cls=Context.cls,
         module_key=Context.module_key,
         backend_key=Context.backend_key,
+        guard=guard,
     )
-    _NATIVE = _CallPath(**_native_fields)
+
+
+# ---------------------------------------------------------------------------------------------- guards
+# The native path does some stock code in its place: AITune's `with global_context` and `set`, the hook swap of
+# `Module._restore_original_forward` and `_proxy_forward`, torch's `no_grad`. Each such step runs only while a guard
+# (`_core._ClassGuard`, `_core._NameGuard`) says the classes and modules still hold the very functions it was learned
+# from, and these were the libraries' own when learned; otherwise (a wrapper put on one before or after the patch, a
+# replacement) the step runs stock's code, which calls whatever is there.
+
+_CONTEXT_CODE = ("__enter__", "__exit__", "set", "_current_data")  # what pushing the context in place does
+_SWAP_CODE = ("_restore_original_forward", "_proxy_forward")  # what Module._forward's hook swap in place does
+_GRAD_CODE = ("__init__", "__enter__", "__exit__")  # of torch's no_grad and set_grad_enabled
+
+
+def _context_guard(context_cls: Any) -> Any:
+    """A guard on the AITune context class's `with` and `set`, where they are AITune's own; None otherwise."""
+    module = sys.modules.get(_names.GLOBAL_CONTEXT)
+    if not isinstance(context_cls, type) or module is None:
+        return None
+    for name in _CONTEXT_CODE:
+        function = attr(context_cls, name)
+        function = function.fget if isinstance(function, property) else function
+        if not _aitunes_own(function, module, f"GlobalContext.{name}"):
+            return None
+    return _ClassGuard(context_cls, _CONTEXT_CODE)
+
+
+def _swap_guard(module_cls: type, wrapper_module: Any) -> Any:
+    """A guard on ``Module``'s hook-swap helpers, where they are AITune's own; None otherwise."""
+    if not all(_aitunes_own(attr(module_cls, name), wrapper_module, f"Module.{name}") for name in _SWAP_CODE):
+        return None
+    return _ClassGuard(module_cls, _SWAP_CODE)
+
+
+def _grad_guards(torch: Any) -> tuple | None:
+    """Guards on what TorchEager's ``with torch.no_grad()`` runs (torch's ``no_grad`` and ``set_grad_enabled`` classes,
+    the names ``torch`` and ``torch._C`` give them and the grad-mode switches), where all are torch's own; None
+    otherwise."""
+    grad_mode = sys.modules.get("torch.autograd.grad_mode")
+    if grad_mode is None:
+        return None
+    classes = (torch.no_grad, torch.set_grad_enabled)
+    if classes != (getattr(grad_mode, "no_grad", None), getattr(grad_mode, "set_grad_enabled", None)):
+        return None
+    for cls in classes:
+        if not all(_aitunes_own(attr(cls, name), grad_mode, f"{cls.__name__}.{name}") for name in _GRAD_CODE):
+            return None
+    if torch.is_grad_enabled is not getattr(torch._C, "is_grad_enabled", None):
+        return None
+    return (
+        _NameGuard(vars(torch), ("no_grad", "set_grad_enabled", "is_grad_enabled")),
+        _NameGuard(vars(torch._C), ("_set_grad_enabled", "is_grad_enabled")),
+        *(_ClassGuard(cls, _GRAD_CODE) for cls in classes),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- Module._forward
@@ -104,11 +180,17 @@ def install_forward(wrapper_module: Any) -> None:
         return
     if not _aitunes_own(attr(module_cls, "_forward"), wrapper_module, "Module._forward"):
         return  # a wrapper put on it before the patch (a profiler, a decorator): stock's step runs it
+    guard = _swap_guard(module_cls, wrapper_module)
+    if guard is None:
+        return  # a helper of the swap wrapped before the patch: stock's _forward calls it
     _into_native(
-        module_cls=module_cls,
-        init_state=state.INIT,
-        nn_setattr=sys.modules["torch"].nn.Module.__setattr__,
-        forward_stock_swap=_forward_stock_swap,
+        forward=_ForwardPart(
+            module_cls=module_cls,
+            init_state=state.INIT,
+            nn_setattr=sys.modules["torch"].nn.Module.__setattr__,
+            stock_swap=_forward_stock_swap,
+            guard=guard,
+        )
     )
     REGISTRY.replace_function(Layer.CALL_PATH, module_cls, "_forward", _forward)
     REGISTRY.step(
@@ -224,13 +306,15 @@ def install_tuned_call(tuned_module: Any) -> None:
     # each step the fast call takes in place of safe_call/unique_call runs only while the function is AITune's own: a
     # wrapper put on it before the patch keeps running (_NOT_AITUNES never matches what a call finds)
     _into_native(
-        tuned_cls=tuned_cls,
-        tuned_call=_tuned_call,
-        tuned_module=tuned_module,
-        binder=_binder,
-        call_stock_steps=_call_stock_steps,
-        safe_call=_own(tuned_cls, "safe_call_backend", tuned_module, "TunedModule"),
-        unique_call=_own(tuned_cls, "call_unique_backend", tuned_module, "TunedModule"),
+        tuned=_TunedCallPart(
+            tuned_cls=tuned_cls,
+            shim=_tuned_call,
+            owner=tuned_module,
+            binder=_binder,
+            stock_steps=_call_stock_steps,
+            safe_call=_own(tuned_cls, "safe_call_backend", tuned_module, "TunedModule"),
+            unique_call=_own(tuned_cls, "call_unique_backend", tuned_module, "TunedModule"),
+        )
     )
     _refs.normalize = _own(signature_module.ForwardSignature, "normalize", signature_module, "ForwardSignature")
     REGISTRY.replace_function(Layer.CALL_PATH, tuned_cls, "__call__", _tuned_call)
@@ -298,7 +382,11 @@ def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
     shape = (len(args), *kwargs)
     binder = shapes.get(shape, _MISSING)
     if binder is _SEEN_ONCE:
-        binder = shapes[shape] = compile_binder(signature, len(args), tuple(kwargs))
+        try:
+            binder = compile_binder(signature, len(args), tuple(kwargs))
+        except RecursionError:  # too little stack on this thread to compile: stock binds, a later call compiles
+            return None
+        shapes[shape] = binder
     elif binder is _MISSING:
         if len(shapes) >= _MAX_SHAPES:
             shapes.clear()
@@ -339,28 +427,13 @@ def _spec(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------- Backend.infer
 
 
-class _InferParts:
-    """What ``Backend.infer``'s decorators hold: the nvtx decorator, the hardware-metrics scope name."""
-
-    def __init__(
-        self, stock: Any, nvtx_decorator: Any, nvtx_module: Any, metrics_module: Any, scope: str, states: tuple
-    ) -> None:
-        self.stock = stock  # stock's Backend.infer
-        self.nvtx_decorator = nvtx_decorator
-        self.nvtx_module = nvtx_module  # aitune.utils.monitoring.nvtx_annotation: its `nvtx` name
-        self.metrics_module = metrics_module  # ...hardware_metrics_annotation: its `get_default_collector` name
-        self.scope = scope
-        self.states = states  # the BackendStates infer accepts
-        self.annotations: dict[str, Any] = {}
-        self.annotate_cls: Any = None
-
-
 def _cell(func: Any, name: str) -> Any:
     return func.__closure__[func.__code__.co_freevars.index(name)].cell_contents
 
 
-def _infer_parts(backend_module: Any) -> _InferParts | None:
-    """Read the stock decorator chain of ``Backend.infer``; None when it is not the chain 0.6.0 builds."""
+def learn_infer(backend_module: Any) -> _InferPart | None:
+    """``Backend.infer``'s part: what its stock decorator chain holds (the nvtx decorator, the hardware-metrics scope);
+    None when it is not the chain AITune 0.6.0 builds."""
     infer = backend_module.Backend.__dict__.get("infer")
     try:
         nvtx_wrapper = infer.__kwdefaults__["_method"]
@@ -374,27 +447,39 @@ def _infer_parts(backend_module: Any) -> _InferParts | None:
     metrics_module = sys.modules.get(_names.HARDWARE_METRICS)
     if nvtx_module is None or metrics_module is None or type(nvtx_decorator) is not nvtx_module.annotate_with_nvtx:
         return None
-    if body.__qualname__ != "Backend.infer" or not isinstance(scope, str):
+    if body.__qualname__ != "Backend.infer" or type(scope) is not str:
         return None
     state = backend_module.BackendState
-    return _InferParts(infer, nvtx_decorator, nvtx_module, metrics_module, scope, (state.ACTIVE, state.DEPLOYED))
+    return _InferPart(
+        shim=_infer,
+        stock=infer,
+        describe=_describe,
+        annotation=_annotation,
+        nvtx_decorator=nvtx_decorator,
+        nvtx_module=nvtx_module,
+        metrics_module=metrics_module,
+        scope=scope,
+        states=(state.ACTIVE, state.DEPLOYED),
+        annotations={},
+        annotate_cls=[None],
+    )
 
 
 def install_infer(backend_module: Any) -> None:
     """``Backend.infer``, where its decorator chain is the one AITune 0.6.0 builds."""
     if REGISTRY.original(backend_module.Backend, "infer") is not None or Context.obj is None:
         return
-    parts = _infer_parts(backend_module)
-    if parts is None:
+    part = learn_infer(backend_module)
+    if part is None:
         return
-    _into_native(parts=parts, our_infer=_infer, describe=_describe, annotation=_annotation)
+    _into_native(infer=part)
     REGISTRY.replace_function(Layer.CALL_PATH, backend_module.Backend, "infer", _infer)
 
 
 def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Backend.infer``: its three decorators and its body in one step (:meth:`_core._CallPath.infer`)."""
     if "_method" in kwargs:  # stock's wrapper takes `_method` as its own keyword
-        return _native_fields["parts"].stock(self, *args, **kwargs)
+        return _native_parts["infer"].stock(self, *args, **kwargs)
     return _NATIVE.infer(self, args, kwargs)
 
 
@@ -419,7 +504,7 @@ def _describe(backend: Any) -> str:
     functions it inspected is replaced on its class (:func:`_watched`)."""
     config = getattr(backend, "_config", None)
     kind = (type(backend), type(config))
-    if _has_own(backend, "describe"):  # set on the object itself: not what its class says
+    if _has_own(backend, "describe") or _overridden(config):  # set on the object itself: not what its class says
         return backend.describe()
     decided = _describable.get(kind)
     watched = decided[0] if decided is not None else None
@@ -454,6 +539,15 @@ def _describe(backend: Any) -> str:
             _descriptions.clear()
         description = _descriptions[key] = backend.describe()
     return description
+
+
+_CONFIG_OVERRIDABLE = ("describe", "_default_describe_fields", "_get_changed_fields")  # what describe() calls on it
+
+
+def _overridden(config: Any) -> bool:
+    """Whether `config` has one of the functions its description calls set on itself, hiding its class's."""
+    namespace = getattr(config, "__dict__", None)
+    return type(namespace) is dict and not namespace.keys().isdisjoint(_CONFIG_OVERRIDABLE)
 
 
 def _watched(backend_cls: Any, config_cls: Any) -> tuple | None:
@@ -525,9 +619,12 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
     functions = _config_functions(config_cls)
     if functions[:3] != _refs.config_functions[:3] or not _checks_only(functions[3]):
         return None
-    names = [field.name for field in dataclasses.fields(config_cls)]
-    if not names:
+    fields = dataclasses.fields(config_cls)
+    # a default made by a factory may differ from call to call (`default_factory=torch.get_default_dtype`), and
+    # describe() compares with a fresh default config: its description is then not a function of the values
+    if not fields or any(field.default_factory is not dataclasses.MISSING for field in fields):
         return None
+    names = [field.name for field in fields]
     if len(names) == 1:
         single = operator.attrgetter(names[0])
         return lambda config: (single(config),)
@@ -552,28 +649,35 @@ def learn_eager_infer(eager_module: Any) -> None:
         global _IMMUTABLE
         torch = sys.modules["torch"]
         _IMMUTABLE = _IMMUTABLE | {torch.dtype}
-        _into_native(
-            eager_infer=infer,
-            grad_enabled=torch.is_grad_enabled,
-            set_grad_enabled=torch._C._set_grad_enabled,
-            **_module_call_parts(torch),
-        )
+        guards = _grad_guards(torch)
+        eager = None
+        if guards is not None:  # else torch.no_grad or what it calls is not torch's own: stock's _infer runs it
+            eager = _EagerPart(
+                infer=infer,
+                grad_enabled=torch.is_grad_enabled,
+                set_grad_enabled=torch._C._set_grad_enabled,
+                grad_guards=guards,
+            )
+        _into_native(eager=eager, module_call=learn_module_call(torch))
 
 
-def _module_call_parts(torch: Any) -> dict[str, Any]:
+def learn_module_call(torch: Any) -> _ModuleCallPart | None:
     """What the native path checks before it calls TorchEager's module's ``forward`` without ``nn.Module.__call__``
     (only where that call would do nothing else: torch's ``__call__`` and ``_call_impl``, nothing compiled, not
-    tracing, no hook on the module or global; ``_core._CallPath.call_module``); {} leaves the call to torch."""
+    tracing, no hook on the module or global; ``_core._CallPath.call_module``); None leaves the call to torch, as where
+    a wrapper was put on torch's call before the patch."""
     module_module = sys.modules.get("torch.nn.modules.module")
     is_tracing = getattr(torch._C, "_is_tracing", None) or getattr(torch._C, "_get_tracing_state", None)
+    module_cls = torch.nn.Module
     if module_module is None or is_tracing is None:
-        return {}
-    return {
-        "module_call": torch.nn.Module.__call__,
-        "module_call_impl": torch.nn.Module._call_impl,
-        "module_globals": vars(module_module),
-        "is_tracing": is_tracing,
-    }
+        return None
+    call, call_impl = attr(module_cls, "__call__"), attr(module_cls, "_call_impl")
+    if not (
+        _aitunes_own(call, module_module, "Module._wrapped_call_impl")
+        and _aitunes_own(call_impl, module_module, "Module._call_impl")
+    ):
+        return None
+    return _ModuleCallPart(call=call, call_impl=call_impl, globals=vars(module_module), is_tracing=is_tracing)
 
 
 _NOT_AITUNES = object()  # stands for a function that is not AITune's own: no function found is it
@@ -586,8 +690,8 @@ def _own(cls: type, name: str, module: Any, class_name: str) -> Any:
 
 
 def _aitunes_own(function: Any, module: Any, qualname: str) -> bool:
-    """Whether `function` is AITune's own `qualname`, defined in `module`'s file: not a wrapper put on it before the
-    patch (``functools.wraps`` copies a function's name, not its code), a mock or a replacement."""
+    """Whether `function` is AITune's (or torch's) own `qualname`, defined in `module`'s file: not a wrapper put on it
+    before the patch (``functools.wraps`` copies a function's name, not its code), a mock or a replacement."""
     code = getattr(function, "__code__", None)
     return (
         getattr(function, "__qualname__", None) == qualname
@@ -596,22 +700,24 @@ def _aitunes_own(function: Any, module: Any, qualname: str) -> bool:
     )
 
 
-def _annotation(parts: _InferParts, message: str) -> Any:
-    """``nvtx.annotate(message, color, domain)``: one object per message while ``nvtx.annotate`` is nvtx's."""
-    nvtx = parts.nvtx_module.nvtx
-    annotate = nvtx.annotate
-    decorator = parts.nvtx_decorator
-    if annotate is not parts.annotate_cls:
+def _annotation(part: _InferPart, message: str) -> Any:
+    """``nvtx.annotate(message, color, domain)``: one object per message while ``nvtx.annotate`` is nvtx's (kept in the
+    part's ``annotations``, made by its ``annotate_cls[0]``)."""
+    nvtx_module = part.nvtx_module
+    annotate = nvtx_module.nvtx.annotate
+    color = part.nvtx_decorator.color
+    annotations = part.annotations
+    if annotate is not part.annotate_cls[0]:
         if not _is_nvtx_annotate(annotate):
-            return annotate(message=message, color=decorator.color, domain=parts.nvtx_module.NVTX_ANNOTATION_DOMAIN)
-        parts.annotations.clear()
-        parts.annotate_cls = annotate
-    annotation = parts.annotations.get(message)
+            return annotate(message=message, color=color, domain=nvtx_module.NVTX_ANNOTATION_DOMAIN)
+        annotations.clear()
+        part.annotate_cls[0] = annotate
+    annotation = annotations.get(message)
     if annotation is None:
-        if len(parts.annotations) >= _MAX_NVTX:
-            parts.annotations.clear()
-        domain = parts.nvtx_module.NVTX_ANNOTATION_DOMAIN
-        annotation = parts.annotations[message] = annotate(message=message, color=decorator.color, domain=domain)
+        if len(annotations) >= _MAX_NVTX:
+            annotations.clear()
+        domain = nvtx_module.NVTX_ANNOTATION_DOMAIN
+        annotation = annotations[message] = annotate(message=message, color=color, domain=domain)
     return annotation
 
 

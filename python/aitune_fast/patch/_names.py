@@ -23,6 +23,7 @@ INDUCTOR_JIT_BACKEND = "aitune.torch.backend.torch_inductor_jit_backend"
 JIT_MODULE = "aitune.torch.jit.patched_module"
 NVTX_ANNOTATION = "aitune.utils.monitoring.nvtx_annotation"
 HARDWARE_METRICS = "aitune.utils.monitoring.hardware_metrics_annotation"
+BACKEND_CONTEXT = "aitune.utils.monitoring.context.backend_context"
 
 # where AITune defines the names the patch swaps for aitune_fast's objects of the same names
 DEFINITIONS: dict[str, tuple[str, ...]] = {
@@ -67,6 +68,73 @@ LONG_CODE: tuple[tuple[str, str, str], ...] = (
 LOCATOR_REGISTRY_METHODS = ("register_user_type", "unregister_user_type", "ignore_type", "unignore_type", "find_leaves")
 # the methods of AITune's classes that keep their own globals while patched (`_aitune.keep_stock_equality`)
 EQUALITY_METHODS = ("__eq__", "__ne__", "__hash__")
+
+# Every name the native call path (rust/patch/) reads of another library's objects, once, by the module whose source
+# defines it (read from aitune 0.6.0, torch 2.8-2.10 and wrapt 2.0; "" for Python's own protocol and builtin methods,
+# our own SampleMetadata's): tests/patch/test_names.py checks that the Rust reads these and no other, and that each
+# library's installed source still has each of its names.
+NATIVE_NAMES: dict[str, tuple[str, ...]] = {
+    WRAPPER_MODULE: (
+        "_self_state",
+        "enable_recording",
+        "_self_wrapper",
+        "_self_orig_forward",
+        "_self_proxy_forward",
+        "_current_forward_pre_hooks",
+        "_current_forward_hooks",
+    ),
+    TUNED_MODULE: (
+        "_forward_signature",
+        "_backend_func",
+        "_module_name",
+        "_unique_backend",
+        "_backends",
+        "_config",
+        "SampleMetadata",
+        "ERROR_NO_BACKEND_FOUND",
+    ),
+    CONFIG: ("strict_mode",),
+    GLOBAL_CONTEXT: ("_lock", "_data_stack", "set"),
+    BACKEND: ("infer", "_infer", "state", "name"),
+    BACKEND_CONTEXT: ("_method",),
+    EAGER_BACKEND: ("_orig_module",),
+    NVTX_ANNOTATION: ("nvtx", "_nvtx_annotation"),
+    HARDWARE_METRICS: ("get_default_collector", "start_scope", "end_scope"),
+    "torch.nn.modules.module": (
+        "forward",
+        "_call_impl",
+        "_compiled_call_impl",
+        "_forward_hooks",
+        "_forward_pre_hooks",
+        "_backward_hooks",
+        "_backward_pre_hooks",
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    ),
+    "nvtx.nvtx": ("annotate",),
+    "wrapt.wrappers": ("__wrapped__",),
+    "": (
+        "__call__",
+        "__dict__",
+        "__enter__",
+        "__exit__",
+        "__format__",
+        "__func__",
+        "__mro__",
+        "__self__",
+        "__setattr__",
+        "__aitune_fast_version_probe__",  # looked up to find nothing (guard.rs)
+        "append",
+        "copy",
+        "format",
+        "from_inputs",
+        "get",
+        "pop",
+        "strict",
+    ),
+}
 
 # the AITune releases the patch was made for (their metadata API, checkpoint layout and module names): [low, high)
 SUPPORTED = ((0, 6, 0), (0, 7, 0))

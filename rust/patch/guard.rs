@@ -1,0 +1,197 @@
+//! Guards on the code the call path does in place of Python's: a step inlined from a class's
+//! methods (AITune's context, its module's hook swap, torch's `no_grad`) runs only while the class
+//! still holds the functions it was learned from, and a step inlined from a module's functions
+//! only while the module still names them. Anything else (a wrapper put on a method before or
+//! after the patch, a replaced class or function, a subclass's override) sends the step to the
+//! Python it replaces.
+//!
+//! A class is checked by its version tag: CPython gives each class a number that it clears
+//! whenever an attribute of the class or of a base is set or deleted, and numbers anew (never
+//! reusing one) at the next lookup; the same on 3.10 to 3.13. A call compares one integer. When
+//! the tag moved (any attribute changed, or the tag was cleared), the guarded names are looked up
+//! again, without running descriptors, and compared by identity with what was learned; the new
+//! tag is kept only when they all still match.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use pyo3::exceptions::PyAttributeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::{PyTraverseError, PyVisit};
+
+/// The version tag of `cls` now (0: none assigned, as after a change).
+fn version_tag(cls: &Bound<'_, PyType>) -> u32 {
+    // SAFETY: `cls` is a live type object (a `Bound` keeps it alive) and this build is not the
+    // limited API, so `PyTypeObject`'s layout is the running interpreter's; `tp_version_tag` is a
+    // plain integer the interpreter writes only while holding the GIL, which we hold.
+    unsafe { (*cls.as_type_ptr()).tp_version_tag }
+}
+
+/// `name` as `cls` resolves it through its MRO's own dicts, without calling a descriptor's
+/// `__get__` (a classmethod stays the classmethod, a property the property).
+fn lookup_static<'py>(
+    cls: &Bound<'py, PyType>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = cls.py();
+    let mro = cls.getattr(pyo3::intern!(py, "__mro__"))?;
+    for base in mro.cast::<PyTuple>()?.iter() {
+        let namespace = base.getattr(pyo3::intern!(py, "__dict__"))?;
+        if namespace.contains(name)? {
+            return namespace.get_item(name).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// A class and the functions (or other attributes) it held under some names when a step was
+/// learned from it: [`ClassGuard::holds`] tells whether it holds the same objects now.
+#[pyclass(module = "aitune_fast._core", name = "_ClassGuard", frozen)]
+pub struct ClassGuard {
+    cls: Py<PyType>,
+    expected: Vec<(Py<PyString>, Py<PyAny>)>,
+    /// The class's version tag when the names were last found unchanged (0: never).
+    tag: AtomicU32,
+}
+
+#[pymethods]
+impl ClassGuard {
+    /// `_ClassGuard(cls, names)`: what `cls` holds under each of `names` now (looked up as a class
+    /// attribute is, without descriptors); AttributeError where it holds nothing.
+    #[new]
+    #[pyo3(signature = (cls, names, /))]
+    fn py_new(cls: &Bound<'_, PyType>, names: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let mut expected = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            let name = name.cast_into::<PyString>()?;
+            let Some(value) = lookup_static(cls, &name)? else {
+                return Err(PyAttributeError::new_err(format!(
+                    "_ClassGuard: {} has no attribute {}",
+                    cls.fully_qualified_name()?,
+                    name
+                )));
+            };
+            expected.push((name.unbind(), value.unbind()));
+        }
+        Ok(Self {
+            cls: cls.clone().unbind(),
+            expected,
+            tag: AtomicU32::new(0),
+        })
+    }
+
+    /// Whether the class holds the same objects under the guarded names as when the guard was made.
+    #[pyo3(name = "holds")]
+    fn py_holds(&self, py: Python<'_>) -> PyResult<bool> {
+        self.holds(py)
+    }
+
+    /// The guarded class.
+    #[getter]
+    fn cls(&self, py: Python<'_>) -> Py<PyType> {
+        self.cls.clone_ref(py)
+    }
+
+    /// The guarded names, in the order given.
+    #[getter]
+    fn names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.expected.iter().map(|(name, _)| name.bind(py)))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.cls)?;
+        for (name, value) in &self.expected {
+            visit.call(name)?;
+            visit.call(value)?;
+        }
+        Ok(())
+    }
+}
+
+impl ClassGuard {
+    /// Whether the class still holds what it held: one integer compared while nothing changed.
+    #[inline]
+    pub fn holds(&self, py: Python<'_>) -> PyResult<bool> {
+        let cls = self.cls.bind(py);
+        let now = version_tag(cls);
+        if now != 0 && now == self.tag.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        self.recheck(cls)
+    }
+
+    /// The names looked up again and compared; the tag kept when all match.
+    #[cold]
+    fn recheck(&self, cls: &Bound<'_, PyType>) -> PyResult<bool> {
+        let py = cls.py();
+        for (name, expected) in &self.expected {
+            match lookup_static(cls, name.bind(py))? {
+                Some(value) if value.is(expected.bind(py)) => {}
+                _ => return Ok(false),
+            }
+        }
+        // a lookup through the class numbers it where the change cleared its tag (one that finds
+        // nothing runs no descriptor)
+        cls.hasattr(pyo3::intern!(py, "__aitune_fast_version_probe__"))?;
+        self.tag.store(version_tag(cls), Ordering::Relaxed);
+        Ok(true)
+    }
+}
+
+/// A module's namespace and the objects it named under some names when a step was learned:
+/// [`NameGuard::holds`] tells whether it names the same ones now (a dict lookup per name).
+#[pyclass(module = "aitune_fast._core", name = "_NameGuard", frozen)]
+pub struct NameGuard {
+    namespace: Py<PyDict>,
+    expected: Vec<(Py<PyString>, Py<PyAny>)>,
+}
+
+#[pymethods]
+impl NameGuard {
+    /// `_NameGuard(namespace, names)`: what the dict `namespace` (a module's `vars()`) holds under
+    /// each of `names` now; KeyError where it holds nothing.
+    #[new]
+    #[pyo3(signature = (namespace, names, /))]
+    fn py_new(namespace: &Bound<'_, PyDict>, names: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let mut expected = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            let name = name.cast_into::<PyString>()?;
+            let value = namespace.as_any().get_item(&name)?;
+            expected.push((name.unbind(), value.unbind()));
+        }
+        Ok(Self {
+            namespace: namespace.clone().unbind(),
+            expected,
+        })
+    }
+
+    /// Whether the namespace holds the same objects under the guarded names.
+    #[pyo3(name = "holds")]
+    fn py_holds(&self, py: Python<'_>) -> PyResult<bool> {
+        self.holds(py)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.namespace)?;
+        for (name, value) in &self.expected {
+            visit.call(name)?;
+            visit.call(value)?;
+        }
+        Ok(())
+    }
+}
+
+impl NameGuard {
+    /// Whether the namespace names the same objects now.
+    #[inline]
+    pub fn holds(&self, py: Python<'_>) -> PyResult<bool> {
+        let namespace = self.namespace.bind(py);
+        for (name, expected) in &self.expected {
+            match namespace.get_item(name.bind(py))? {
+                Some(value) if value.is(expected.bind(py)) => {}
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+}
