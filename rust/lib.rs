@@ -24,8 +24,8 @@ pub mod codec;
 pub mod interp;
 #[cfg(test)]
 mod layers;
-mod patch;
 pub mod metadata;
+mod patch;
 pub mod paths;
 pub mod reader;
 pub mod stack;

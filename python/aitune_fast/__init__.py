@@ -39,6 +39,7 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | _PATCH_NAMES)
 
+
 # Choose the tensor reader now: AITUNE_FAST_TENSOR_READER naming one this torch lacks fails the import.
 _core.tensor_reader()
 

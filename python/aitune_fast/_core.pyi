@@ -201,9 +201,7 @@ class _InferPart:
 class _EagerPart:
     """Stock TorchEager's ``_infer``: the module called with grad off."""
 
-    def __new__(
-        cls, *, infer: Any, grad_enabled: Any, set_grad_enabled: Any, grad_guards: tuple[Any, ...]
-    ) -> Self: ...
+    def __new__(cls, *, infer: Any, grad_enabled: Any, set_grad_enabled: Any, grad_guards: tuple[Any, ...]) -> Self: ...
     @property
     def infer(self) -> Any: ...
     @property

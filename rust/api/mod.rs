@@ -9,4 +9,3 @@ mod locator;
 mod sample_metadata;
 
 pub(crate) use sample_metadata::describe_inputs;
-

@@ -614,8 +614,7 @@ fn empty_dict(value: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
     };
     let py = value.py();
     let kind = value.get_type();
-    let known =
-        kind.is(py.get_type::<PyDict>()) || kind.is(interp(py)?.ordered_dict.bind(py));
+    let known = kind.is(py.get_type::<PyDict>()) || kind.is(interp(py)?.ordered_dict.bind(py));
     // a dict or OrderedDict exactly: its length is its truth
     Ok(known && value.cast::<PyDict>().is_ok_and(|dict| dict.is_empty()))
 }

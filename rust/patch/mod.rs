@@ -16,5 +16,5 @@ mod parts;
 pub use bind_plan::BindPlan;
 pub use call_path::CallPath;
 pub use guard::{ClassGuard, NameGuard};
-pub use parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
 pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};
+pub use parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};

@@ -274,9 +274,13 @@ def small_stacks(m, x):
     out = {}
     for kib in (36, 40):
         results: list = []
+
+        def three_calls(out=results):
+            out.extend(record(lambda: m(x)) for _ in range(3))
+
         previous = threading.stack_size(kib * 1024)
         try:
-            worker = threading.Thread(target=lambda: results.extend(record(lambda: m(x)) for _ in range(3)))
+            worker = threading.Thread(target=three_calls)
             worker.start()
         finally:
             threading.stack_size(previous)
