@@ -95,7 +95,16 @@ class _BindPlan:
 class _ContextPart:
     """AITune's global context, pushed and popped in place of ``with global_context:`` and ``set``."""
 
-    def __new__(cls, *, obj: Any, context_cls: type, module_key: Any, backend_key: Any, guard: _ClassGuard) -> Self: ...
+    def __new__(
+        cls,
+        *,
+        obj: Any,
+        context_cls: type,
+        module_key: Any,
+        backend_key: Any,
+        guard: _ClassGuard,
+        names: tuple[_NameGuard, ...],
+    ) -> Self: ...
     @property
     def obj(self) -> Any: ...
     @property
@@ -106,6 +115,8 @@ class _ContextPart:
     def backend_key(self) -> Any: ...
     @property
     def guard(self) -> _ClassGuard: ...
+    @property
+    def names(self) -> tuple[_NameGuard, ...]: ...
 
 @final
 class _ForwardPart:

@@ -327,7 +327,8 @@ fn swap_back(proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()
 impl CallPath {
     /// The context part, where AITune's context is the object it was learned from, of a class that
     /// still holds AITune's `__enter__`, `__exit__`, `set` and `_current_data`, with no `set` of its
-    /// own: only then is pushing and popping its stack directly what stock's `with` and `set` do.
+    /// own, and the one AITune's modules name: only then is pushing and popping its stack directly
+    /// what stock's `with` and `set` do.
     fn stock_context(&self, py: Python<'_>) -> PyResult<Option<&ContextPart>> {
         let Some(context) = &self.context else {
             return Ok(None);
@@ -336,7 +337,8 @@ impl CallPath {
         let obj = context.obj.bind(py);
         let stock = obj.get_type().is(context.context_cls.bind(py))
             && context.guard.get().holds(py)?
-            && !has_own(obj, intern!(py, "set"))?;
+            && !has_own(obj, intern!(py, "set"))?
+            && all_hold(py, context.names.bind(py))?;
         Ok(stock.then_some(context))
     }
 

@@ -54,6 +54,9 @@ part! {
         backend_key: PyAny,
         /// the class still holds AITune's `__enter__`, `__exit__`, `set` and `_current_data`
         guard: ClassGuard,
+        /// `_NameGuard`s: the modules whose code the path does in place (`TunedModule.__call__`'s,
+        /// `with_backend_context`'s) still name this context and its keys
+        names: PyTuple,
     }
 }
 

@@ -465,7 +465,26 @@ def inlined_sites(torch):
         torch.no_grad = CountingNoGrad
         return lambda: setattr(torch, "no_grad", stock)
 
+    def own_context(module_name):
+        def wrap(count):
+            import importlib
+
+            module = importlib.import_module(module_name)
+            stock = module.global_context
+
+            class CountingContext(GlobalContext):  # a context of the module's own (a thread-local one, say)
+                def __enter__(self):
+                    count()
+                    return super().__enter__()
+
+            module.global_context = CountingContext()
+            return lambda: setattr(module, "global_context", stock)
+
+        return wrap
+
     return {
+        "tuned_module.global_context": own_context("aitune.torch.module.tuned_module"),
+        "backend_context.global_context": own_context("aitune.utils.monitoring.context.backend_context"),
         "nn.Module.__call__": method(torch.nn.Module, "__call__"),
         "nn.Module._call_impl": method(torch.nn.Module, "_call_impl"),
         "Module._restore_original_forward": method(Module, "_restore_original_forward"),
@@ -516,7 +535,35 @@ def inlined(workdir: str) -> dict:
     return out
 
 
+def learnt(workdir: str) -> dict:
+    """What the patch learnt of AITune (its global context, the call path's parts) is owned by the patched period:
+    there while patched, gone after ``unpatch_aitune()``, learnt afresh by the next ``patch_aitune()``."""
+    import aitune.torch  # noqa: F401
+    import aitune_fast
+    from aitune_fast.patch import _call_path
+    from aitune_fast.patch._state import state
+
+    def seen():
+        now = state()
+        parts = {name for name, part in now.call_path_parts.items() if part is not None}
+        return {"context": now.context is not None, "parts": sorted(parts)}
+
+    out = {"before": seen()}
+    aitune_fast.patch_aitune()
+    out["patched"], first = seen(), state().context
+    native = _call_path._NATIVE
+    aitune_fast.unpatch_aitune()
+    out["unpatched"] = seen()
+    aitune_fast.patch_aitune()
+    out["repatched"] = seen()
+    out["afresh"] = [state().context is not first, _call_path._NATIVE is not native]
+    aitune_fast.unpatch_aitune()
+    return out
+
+
 def main(mode: str, workdir: str) -> dict:
+    if mode == "learnt":
+        return learnt(workdir)
     if mode == "wrapped":
         return wrapped(workdir)
     if mode == "inlined":

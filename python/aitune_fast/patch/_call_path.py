@@ -100,16 +100,31 @@ def _into_native(**parts: Any) -> None:
 
 
 def learn_context() -> _ContextPart | None:
-    """AITune's global context as the patch learnt it, where its class's ``with`` and ``set`` are AITune's own."""
+    """AITune's global context as the patch learnt it, where its class's ``with`` and ``set`` are AITune's own and
+    the loaded modules whose code the path does in place name it (a module given a context of its own, a
+    thread-local one say, keeps stock's steps, which use that one)."""
     guard = _context_guard(Context.cls)
     if Context.obj is None or guard is None:
         return None
+    names = []
+    for module_name, key_name, key in (
+        (_names.TUNED_MODULE, "MODULE_CONTEXT_KEY", Context.module_key),
+        (_names.BACKEND_CONTEXT, "BACKEND_CONTEXT_KEY", Context.backend_key),
+    ):
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue  # learnt again when it loads (its part installs)
+        namespace = vars(module)
+        if namespace.get("global_context") is not Context.obj or namespace.get(key_name) != key:
+            return None
+        names.append(_NameGuard(namespace, ("global_context", key_name)))
     return _ContextPart(
         obj=Context.obj,
         context_cls=Context.cls,
         module_key=Context.module_key,
         backend_key=Context.backend_key,
         guard=guard,
+        names=tuple(names),
     )
 
 
@@ -331,9 +346,10 @@ def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
     """``TunedModule.__call__`` step by step as stock runs it (a call shape that does not bind fails as there)."""
     bound = tuned._forward_signature.normalize(args, kwargs)
     sample = (bound.args, bound.kwargs)
-    context = Context.obj
+    owner = sys.modules[_names.TUNED_MODULE]  # the context and key stock's code names, whatever they are now
+    context = owner.global_context
     with context:
-        context.set(Context.module_key, tuned._module_name)
+        context.set(owner.MODULE_CONTEXT_KEY, tuned._module_name)
         return tuned._backend_func(sample)
 
 
