@@ -12,7 +12,7 @@ import weakref
 
 import pytest
 import torch
-from aitune_fast import ExactSampleMetadata, Locator, ObjectType, SampleMetadata, TensorSpec
+from aitune_fast import ExactSampleMetadata, Locator, ObjectType, SampleMetadata, TensorSpec, _core
 
 
 class Key:
@@ -96,7 +96,32 @@ def python_pairs():
     return k
 
 
+def class_in_a_guard():
+    k = Key()
+    cls = type("Guarded", (), {"f": lambda self: None, "held": k})
+    k.back = _core._ClassGuard(cls, ("f", "held"))  # the guard holds the class and what it held
+    return k
+
+
+def namespace_in_a_guard():
+    k = Key()
+    namespace = {"k": k}
+    k.back = _core._NameGuard(namespace, ("k",))
+    return k
+
+
+def shim_in_a_call_path():
+    k = Key()  # a call path's part holds the Python steps it calls, and the path its parts
+    guard = _core._ClassGuard(Key, ("back",))
+    part = _core._ForwardPart(module_cls=Key, init_state=k, nn_setattr=k, stock_swap=k, guard=guard)
+    k.back = _core._CallPath(forward=part)
+    return k
+
+
 CASES = [
+    class_in_a_guard,
+    namespace_in_a_guard,
+    shim_in_a_call_path,
     key_in_path,
     key_in_exact_path,
     key_in_path_after_tensor_data,

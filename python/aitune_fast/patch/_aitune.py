@@ -14,7 +14,7 @@ from aitune_fast._enums import InfoLevel, ObjectType
 from aitune_fast._helpers import batch_tensor
 from aitune_fast.patch import _names
 from aitune_fast.patch._registry import REGISTRY, Layer
-from aitune_fast.patch._state import state
+from aitune_fast.patch._state import LearntContext, state
 
 # the module, not the `global_context` object the package exports under the same name
 _gc_module = sys.modules["aitune_fast.global_context"]
@@ -30,16 +30,6 @@ OURS: dict[str, Any] = {
     "ExactSampleMetadata": ExactSampleMetadata,
 }
 OUR_TYPES: tuple[type, ...] = tuple(OURS[name] for name in _names.CONVERTED)
-
-
-class Context:
-    """AITune's global context (``aitune.global_context``), learnt when that module loads: the core reads it
-    through ``global_context._source[0]`` while patched, the call path uses it directly."""
-
-    obj: Any = None  # AITune's `global_context`
-    cls: Any = None  # GlobalContext
-    module_key: str = ""
-    backend_key: str = ""
 
 
 def learn_definitions(module: Any) -> None:
@@ -89,10 +79,12 @@ def learn_global_context(module: Any) -> None:
     if not hasattr(module, "global_context"):
         return
     REGISTRY.replace_item(Layer.CONTEXT, _gc_module._source, 0, module.global_context)
-    Context.obj = module.global_context
-    Context.cls = getattr(module, "GlobalContext", None)
-    Context.module_key = getattr(module, "MODULE_CONTEXT_KEY", "")
-    Context.backend_key = getattr(module, "BACKEND_CONTEXT_KEY", "")
+    state().context = LearntContext(  # dropped with the state it belongs to, at unpatch or a rolled-back patch
+        module.global_context,
+        getattr(module, "GlobalContext", None),
+        getattr(module, "MODULE_CONTEXT_KEY", ""),
+        getattr(module, "BACKEND_CONTEXT_KEY", ""),
+    )
 
 
 def learn_config(module: Any) -> None:

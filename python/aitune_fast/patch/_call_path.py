@@ -48,10 +48,10 @@ from aitune_fast._core import (
     _TunedCallPart,
 )
 from aitune_fast.patch import _names
-from aitune_fast.patch._aitune import Context
 from aitune_fast.patch._objects import live_instances
 from aitune_fast.patch._quiescence import attr
 from aitune_fast.patch._registry import REGISTRY, Layer
+from aitune_fast.patch._state import state
 
 __all__ = [
     "CALL_CODE",
@@ -85,44 +85,45 @@ class _Refs:
 _refs = _Refs()
 # the native path (`_core._CallPath`, frozen): AITune's objects it uses and the Python steps it calls, given as each
 # part of the path is installed (install_*, learn_eager_infer); a call in flight keeps the object it started with
-# the native path (`_core._CallPath`, frozen) and the parts it was built from (`learn_*`; a part not learned is None,
-# and its step runs stock's code): a part newly learned makes a new object; a call in flight keeps the one it started
-# with
-_native_parts: dict[str, Any] = {}
+# the native path (`_core._CallPath`, frozen), built from the parts the patch learnt (`learn_*`, kept on the state of
+# the patched period: an unpatch drops them, a patch after it learns afresh; a part not learned is None, and its step
+# runs stock's code): a part newly learned makes a new object; a call in flight keeps the one it started with
 _NATIVE: Any = _CallPath()
 
 
 def _into_native(**parts: Any) -> None:
     """Give the native path these parts (with AITune's global context as the patch learnt it): a new object."""
     global _NATIVE
-    _native_parts.update(parts, context=learn_context())
-    _NATIVE = _CallPath(**_native_parts)
+    learnt = state().call_path_parts
+    learnt.update(parts, context=learn_context())
+    _NATIVE = _CallPath(**learnt)
 
 
 def learn_context() -> _ContextPart | None:
     """AITune's global context as the patch learnt it, where its class's ``with`` and ``set`` are AITune's own and
     the loaded modules whose code the path does in place name it (a module given a context of its own, a
     thread-local one say, keeps stock's steps, which use that one)."""
-    guard = _context_guard(Context.cls)
-    if Context.obj is None or guard is None:
+    context = state().context
+    guard = None if context is None else _context_guard(context.cls)
+    if context is None or guard is None:
         return None
     names = []
     for module_name, key_name, key in (
-        (_names.TUNED_MODULE, "MODULE_CONTEXT_KEY", Context.module_key),
-        (_names.BACKEND_CONTEXT, "BACKEND_CONTEXT_KEY", Context.backend_key),
+        (_names.TUNED_MODULE, "MODULE_CONTEXT_KEY", context.module_key),
+        (_names.BACKEND_CONTEXT, "BACKEND_CONTEXT_KEY", context.backend_key),
     ):
         module = sys.modules.get(module_name)
         if module is None:
             continue  # learnt again when it loads (its part installs)
         namespace = vars(module)
-        if namespace.get("global_context") is not Context.obj or namespace.get(key_name) != key:
+        if namespace.get("global_context") is not context.obj or namespace.get(key_name) != key:
             return None
         names.append(_NameGuard(namespace, ("global_context", key_name)))
     return _ContextPart(
-        obj=Context.obj,
-        context_cls=Context.cls,
-        module_key=Context.module_key,
-        backend_key=Context.backend_key,
+        obj=context.obj,
+        context_cls=context.cls,
+        module_key=context.module_key,
+        backend_key=context.backend_key,
         guard=guard,
         names=tuple(names),
     )
@@ -314,7 +315,7 @@ def install_tuned_call(tuned_module: Any) -> None:
     if not isinstance(tuned_cls, type) or "__call__" not in tuned_cls.__dict__:
         return
     signature_module = sys.modules.get(_names.FORWARD_SIGNATURE)
-    if REGISTRY.original(tuned_cls, "__call__") is not None or Context.obj is None or signature_module is None:
+    if REGISTRY.original(tuned_cls, "__call__") is not None or state().context is None or signature_module is None:
         return
     if not _aitunes_own(attr(tuned_cls, "__call__"), tuned_module, "TunedModule.__call__"):
         return  # a wrapper put on it before the patch: stock's call runs it
@@ -483,19 +484,23 @@ def learn_infer(backend_module: Any) -> _InferPart | None:
 
 def install_infer(backend_module: Any) -> None:
     """``Backend.infer``, where its decorator chain is the one AITune 0.6.0 builds."""
-    if REGISTRY.original(backend_module.Backend, "infer") is not None or Context.obj is None:
+    if REGISTRY.original(backend_module.Backend, "infer") is not None or state().context is None:
         return
     part = learn_infer(backend_module)
     if part is None:
         return
     _into_native(infer=part)
+    _stock_infer[0] = part.stock
     REGISTRY.replace_function(Layer.CALL_PATH, backend_module.Backend, "infer", _infer)
+
+
+_stock_infer: list[Any] = [None]  # stock's Backend.infer (AITune's, the same in every patched period)
 
 
 def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Backend.infer``: its three decorators and its body in one step (:meth:`_core._CallPath.infer`)."""
     if "_method" in kwargs:  # stock's wrapper takes `_method` as its own keyword
-        return _native_parts["infer"].stock(self, *args, **kwargs)
+        return _stock_infer[0](self, *args, **kwargs)
     return _NATIVE.infer(self, args, kwargs)
 
 

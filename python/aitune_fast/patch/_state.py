@@ -4,11 +4,21 @@ what it learnt of AITune. Everything else reads these; only the switch (and the 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 # the switch lock, for the life of the process: held by a switch from start to end, by the call-path toggle and by
 # hooked imports
 LOCK = threading.RLock()
+
+
+class LearntContext(NamedTuple):
+    """AITune's global context (``aitune.global_context``) as learnt when that module loads while patched: the core
+    reads it through ``global_context._source[0]``, the call path pushes and pops it."""
+
+    obj: Any  # AITune's `global_context`
+    cls: Any  # GlobalContext
+    module_key: str
+    backend_key: str
 
 
 class State:
@@ -26,6 +36,8 @@ class State:
         self.holders: list[Any] = []  # modules holding swapped names
         self.importing = 0  # hooked imports running (all threads)
         self.views: list[Any] = []  # modules whose class is _ImportView now
+        self.context: LearntContext | None = None  # AITune's global context, once its module loaded
+        self.call_path_parts: dict[str, Any] = {}  # the parts of the native call path learnt (`_call_path`)
 
 
 class _Current:
