@@ -85,5 +85,6 @@ def test_dependency_groups_pin_what_the_scripts_install():
     groups = _pyproject()["dependency-groups"]
     pins = dict(re.findall(r'^(\w+)_PIN="([^"]+)"', (ROOT / "scripts" / "lint_pins.sh").read_text(), re.M))
     assert sorted(groups["lint"]) == sorted(pins.values())
+    assert pins["RUFF"] in groups["docs"], "the docs job formats signatures with ruff, the linter's pin"
     extras = metadata("aitune_fast").get_all("Provides-Extra") or []
     assert sorted(extras) == ["aitune", "bench"], extras  # no dev extra in the published metadata
