@@ -134,6 +134,16 @@ def test_installed_bench_writes_to_a_new_temporary_folder_not_the_current_one(mo
     out.rmdir()
 
 
+def test_the_tuned_workload_runs_as_a_module_without_a_warning_and_explains_its_mode(tmp_path):
+    """`python -m aitune_fast.bench.aitune_tuned`, which the docs quote: no runpy RuntimeWarning (the package once
+    imported the module before runpy ran it), and `--mode` says what each mode runs."""
+    cmd = [sys.executable, "-m", "aitune_fast.bench.aitune_tuned", "--help"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and "RuntimeWarning" not in proc.stderr, proc.stderr[-2000:]
+    help_text = " ".join(proc.stdout.split())
+    assert "full 15 rounds of 200 calls, quick 7 rounds of 100 calls, smoke 2 rounds of 20 calls" in help_text
+
+
 def test_tuned_table_prints_a_profile_only_when_asked():
     from aitune_fast.bench import aitune_tuned
 
