@@ -1,7 +1,9 @@
 """aitune_fast: a drop-in, Rust-accelerated SampleMetadata for NVIDIA AITune.
 
 Change ``from aitune.torch.module.sample_metadata import SampleMetadata`` to
-``from aitune_fast import SampleMetadata``; everything else stays the same.
+``from aitune_fast import SampleMetadata``; everything else stays the same. Added, which AITune's class does not
+have: ``to_json()``, ``from_json()`` and the Enum allow-list (``add_safe_enums``, ``remove_safe_enums``,
+``get_safe_enums``).
 """
 
 import platform
