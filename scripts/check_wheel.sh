@@ -6,15 +6,20 @@
 #     that needs only the C runtime and has no RPATH/RUNPATH, `auditwheel show` agreeing with the tag;
 #   - the sdist: what a build from it needs is in it;
 #   - the release workflow (.github/workflows/) passes actionlint;
-#   - installed into fresh venvs next to a given torch, a wheel (by the README's install block, as written) or the
-#     sdist (`pip install aitune_fast-VERSION.tar.gz`: pip builds it with Rust, through build-backend/):
-#     scripts/wheel_smoke.py (imports from the venv, the fast reader, AITUNE_FAST_TENSOR_READER=python, the
-#     benchmark smoke run against the reference, aitune 0.6.0 installed --no-deps as the docs say); for a wheel,
-#     scripts/readme_check.py then runs the README's quick start, and installs the benchmark as
-#     docs/performance.md says (the `bench` extra) and runs its tuned-module workload, whose rows must print.
+#   - installed into fresh venvs next to a given torch: a wheel (by the README's wheel install block, as written),
+#     the clean clone itself (the README's install from a clone, as written: a plain `pip install .`, pip building
+#     it with Rust through build-backend/), or the sdist (`pip install aitune_fast-VERSION.tar.gz`, built the same
+#     way): scripts/wheel_smoke.py (imports from the venv, the fast reader, AITUNE_FAST_TENSOR_READER=python, the
+#     benchmark smoke run against the reference, aitune 0.6.0 installed --no-deps as the docs say); for a wheel or
+#     the clone, scripts/readme_check.py then runs the README's quick start and docs/aitune.md's CPU example (AITune
+#     installed as that page says); for a wheel, it also installs the benchmark as docs/performance.md says (the
+#     `bench` extra) and runs its tuned-module workload, whose rows must print.
+#     The default matrix compiles once with pip, from the clone (what users do before a release); the sdist, which
+#     pip compiles the same way from the same files, is compiled and tested by release.yml on every push, and here
+#     on request (`3.13:torch:sdist`); its contents are checked here on every run.
 #
 #   bash scripts/check_wheel.sh                                  # the default matrix below (what CI runs)
-#   bash scripts/check_wheel.sh 3.12:torch==2.9.*:wheel 3.11:torch:sdist   # PYTHON:TORCH_SPEC:wheel|sdist ...
+#   bash scripts/check_wheel.sh 3.12:torch==2.9.*:wheel 3.11:torch:sdist   # PYTHON:TORCH_SPEC:wheel|clone|sdist
 #
 # Caches, outside the repository, under $AITUNE_FAST_CACHE (default ~/.cache/aitune_fast): tools/ and the
 # build caches of build_wheels.sh (a second run for the same commit reuses its artifacts), uv/ (uv's package
@@ -29,7 +34,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEFAULT_MATRIX=(
     "3.10:torch==2.10.*:wheel" # the oldest torch with the DLPack exchange API, the oldest Python
     "3.13:torch:wheel"         # the newest torch on PyPI, the newest Python
-    "3.13:torch:sdist"         # pip install aitune_fast-VERSION.tar.gz, built here with Rust
+    "3.13:torch:clone"         # the README's `pip install .` in a clean clone, built here with Rust
 )
 MATRIX=("$@")
 [ "${#MATRIX[@]}" -eq 0 ] && MATRIX=("${DEFAULT_MATRIX[@]}")
@@ -120,21 +125,32 @@ for entry in "${MATRIX[@]}"; do
                     die "the README's install fails with $(basename "$WHL")"
                 say "installed $(basename "$WHL") as the README says"
                 ;;
+            clone)
+                # the README's install block as written, its `git clone` standing for the clean clone: a plain
+                # `pip install .` there, pip building it in an isolated environment (maturin from PyPI, cargo)
+                "$VPY" "$SRC/scripts/readme_check.py" clone --src "$SRC" || die "the README's install from a clone fails"
+                say "installed the clean clone as the README says: $("$VPY" -m pip show -f aitune_fast |
+                    grep -o 'aitune_fast/_core[^ ]*\.so')"
+                ;;
             sdist)
                 # pip builds it in an isolated environment (maturin from PyPI, cargo from PATH), no flags
                 (cd "$WORK" && "$VPY" -m pip install -q "$SDIST") || die "pip cannot install $(basename "$SDIST")"
                 say "installed $(basename "$SDIST"), built by pip: $("$VPY" -m pip show -f aitune_fast |
                     grep -o 'aitune_fast/_core[^ ]*\.so')"
                 ;;
-            *) die "unknown build $BUILD (wheel or sdist)" ;;
+            *) die "unknown build $BUILD (wheel, clone or sdist)" ;;
         esac
         cd "$WORK" # away from the sources: the installed package is what runs
         "$VPY" "$SRC/scripts/wheel_smoke.py" --version "$VERSION" --out "$WORK/smoke-$NAME" ||
             die "the installed $BUILD misbehaves (above)"
-        if [ "$BUILD" = wheel ]; then
-            # the README's quick start as written; then the benchmark installed as docs/performance.md says (the
-            # bench extra, AITune's dependencies with it) runs the tuned-module workload and prints its rows
+        if [ "$BUILD" != sdist ]; then
+            # the README's quick start and docs/aitune.md's CPU example (tune, call, save, load, unpatch), as written
             "$VPY" "$SRC/scripts/readme_check.py" quickstart || die "the README's quick start fails"
+            "$VPY" "$SRC/scripts/readme_check.py" aitune || die "docs/aitune.md's CPU example fails"
+        fi
+        if [ "$BUILD" = wheel ]; then
+            # the benchmark installed as docs/performance.md says (the bench extra, AITune's dependencies with it)
+            # runs the tuned-module workload and prints its rows
             "$VPY" "$SRC/scripts/readme_check.py" bench --wheel "$WHL" --out "$WORK/tuned-$NAME" ||
                 die "the documented benchmark install prints no tuned-call rows"
         fi

@@ -1,7 +1,9 @@
 """aitune_fast: a drop-in, Rust-accelerated SampleMetadata for NVIDIA AITune.
 
 Change ``from aitune.torch.module.sample_metadata import SampleMetadata`` to
-``from aitune_fast import SampleMetadata``; everything else stays the same.
+``from aitune_fast import SampleMetadata``; everything else stays the same. Added, which AITune's class does not
+have: ``to_json()``, ``from_json()`` and the Enum allow-list (``add_safe_enums``, ``remove_safe_enums``,
+``get_safe_enums``).
 """
 
 import platform
@@ -83,10 +85,12 @@ def safe_globals() -> list[_SafeGlobal]:
     """The classes a saved metadata pickles, for ``torch.load(..., weights_only=True)``.
 
     ``torch.load`` with ``weights_only=True`` (torch's default since 2.6) rebuilds only types it was told are safe.
-    A checkpoint holding a ``SampleMetadata``, an ``ExactSampleMetadata`` or their locators and specs loads after::
+    A checkpoint holding a ``SampleMetadata``, an ``ExactSampleMetadata`` or their locators and specs loads after:
 
-        torch.serialization.add_safe_globals(aitune_fast.safe_globals())          # for the whole process
-        with torch.serialization.safe_globals(aitune_fast.safe_globals()): ...    # or for one block
+    ```python
+    torch.serialization.add_safe_globals(aitune_fast.safe_globals())          # for the whole process
+    with torch.serialization.safe_globals(aitune_fast.safe_globals()): ...    # or for one block
+    ```
 
     Each of these classes is rebuilt blank and filled by its ``__setstate__``, which checks the state it is given
     and runs no code named by the file. Values the user put in a metadata (other leaves of a strict metadata, such

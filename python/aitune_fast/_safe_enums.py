@@ -34,10 +34,12 @@ def add_safe_enums(classes: Iterable[type[enum.Enum]]) -> None:
 
     A member is written as its class's qualified name and its own name, ``{"$enum": ["mymodule.Color", "RED"]}``,
     and read back only while its class is allowed: the reader looks the name up in this list and never imports a
-    module a document names. Call it where you write and where you read, before reading::
+    module a document names. Call it where you write and where you read, before reading:
 
-        aitune_fast.add_safe_enums([Color, Mode])
-        SampleMetadata.from_json(text)
+    ```python
+    aitune_fast.add_safe_enums([Color, Mode])
+    SampleMetadata.from_json(text)
+    ```
 
     In the spirit of ``torch.serialization.add_safe_globals``. The list is process-wide and applies to every
     thread; changes are atomic (a reader sees the list before or after a change). Allowing a class twice is

@@ -92,6 +92,8 @@ impl Locator {
     }
 
     /// The last step's accessor.
+    ///
+    /// Raises IndexError for the empty path.
     #[getter]
     fn leaf_name<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         if self.node == ROOT {
@@ -194,6 +196,8 @@ impl Locator {
     }
 
     /// The value this locator points to inside `obj`.
+    ///
+    /// A step that is missing raises KeyError, IndexError or AttributeError saying which step failed.
     fn get_value<'py>(
         &self,
         py: Python<'py>,
@@ -220,6 +224,9 @@ impl Locator {
     }
 
     /// Walk `obj` and return an iterator of `(Locator, leaf)` pairs, in the reference's order.
+    ///
+    /// Walks dicts, UserDicts, lists, tuples, dataclasses and registered user types; raises ValueError on a
+    /// cyclic argument.
     #[staticmethod]
     #[pyo3(signature = (obj, only_tensors=false, is_output=false))]
     fn find_leaves<'py>(
@@ -240,6 +247,7 @@ impl Locator {
         crate::walk::registry::register_user_type(cls, only_tensors)
     }
 
+    /// Undo `register_user_type(cls)`: instances of `cls` are leaves again.
     #[staticmethod]
     fn unregister_user_type(cls: &Bound<'_, PyType>) {
         crate::walk::registry::unregister_user_type(cls)
@@ -251,6 +259,7 @@ impl Locator {
         crate::walk::registry::ignore_type(cls)
     }
 
+    /// Undo `ignore_type(cls)`: instances of `cls` are walked or reported again.
     #[staticmethod]
     fn unignore_type(cls: &Bound<'_, PyType>) {
         crate::walk::registry::unignore_type(cls)

@@ -201,6 +201,10 @@ impl SampleMetadata {
     }
 
     /// A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.
+    ///
+    /// SHORT lists the tensor paths, MEDIUM and FULL (the default; also for None) render tables. Any enum member
+    /// named SHORT, MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError (the
+    /// reference renders nothing).
     #[pyo3(signature = (info_level=None))]
     fn describe<'py>(
         slf: &Bound<'py, Self>,
@@ -370,6 +374,9 @@ impl SampleMetadata {
 
     /// Copies of `inputs` with every tensor sliced or repeated along its batch axes to `batch_size`.
     /// The input is left untouched and the result shares no memory with it.
+    ///
+    /// `batch_size` must be an integer of at least 1 (TypeError/ValueError otherwise; the reference slices
+    /// silently).
     fn make_batch<'py>(
         slf: &Bound<'py, Self>,
         inputs: &Bound<'py, PyAny>,
@@ -382,6 +389,8 @@ impl SampleMetadata {
     }
 
     /// Learn the batch axes' largest sizes from `inputs` batched to `max_batch_size`.
+    ///
+    /// `max_batch_size` must be an integer of at least 1, as `make_batch`'s `batch_size`.
     fn update_max_batch_size(
         slf: &Bound<'_, Self>,
         inputs: &Bound<'_, PyAny>,
@@ -402,6 +411,10 @@ impl SampleMetadata {
 
     /// The JSON text of this metadata: `to_json_dict()`'s content plus what an exact round trip
     /// needs (see `from_json`), and for an `ExactSampleMetadata` its class.
+    ///
+    /// Other values as `to_dict()` keeps them: plain Python data, `torch.dtype`, `torch.device`, and
+    /// members of Enum classes allowed with `aitune_fast.add_safe_enums`; anything else is a
+    /// `TypeError` naming the ways out.
     fn to_json<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyString>> {
         let exact = slf.is_instance_of::<ExactSampleMetadata>();
         encode::to_json(slf.py(), &*slf.try_borrow()?, exact)
@@ -419,6 +432,12 @@ impl SampleMetadata {
 
     /// A dict with the reference's keys (`tensor_data`, `other_data`, `strict`, `llm_phase`)
     /// whose data uses aitune_fast's versioned encoding: no pickle.
+    ///
+    /// An `ExactSampleMetadata`'s dict names its class.
+    ///
+    /// Other values are kept exactly: plain Python data, `torch.dtype`, `torch.device`, and members of
+    /// Enum classes allowed with `aitune_fast.add_safe_enums`; any other value raises `TypeError`
+    /// naming the ways out (the allow-list, `pickle`, `strict=False`).
     fn to_dict<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
         let exact = slf.is_instance_of::<ExactSampleMetadata>();
         encode::to_dict(slf.py(), &*slf.try_borrow()?, exact)
@@ -427,6 +446,10 @@ impl SampleMetadata {
     /// Rebuild metadata from `to_dict()` output (of the class that wrote it, as `from_json`), or
     /// from a dict written by the reference (its pickled data is read by a restricted reader that
     /// runs nothing; a `SampleMetadata`, as the reference's `from_dict` returns).
+    ///
+    /// What is wrong inside a part's JSON text raises `aitune_fast.MetadataDecodeError` placed in that
+    /// text; a wrong key or value type of the dict, or a refused pickle, a `ValueError`. Enum members
+    /// are read back only while their class is allowed (`aitune_fast.add_safe_enums`).
     #[staticmethod]
     fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let (md, exact) = decode::from_dict(py, data)?;
@@ -434,6 +457,8 @@ impl SampleMetadata {
     }
 
     /// A JSON-ready dict: paths, shapes and dtypes; other values as the reference renders them.
+    ///
+    /// Identical to the reference's `to_json_dict()`.
     fn to_json_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         json_dict::to_json_dict(py, self)
     }

@@ -13,6 +13,8 @@ use super::storage::{py_view, Compact, Level, Storage, View};
 /// Equal metadata selects the same compiled backend: tensors compare by rank, other values by
 /// equality, dict key order does not matter. When an LLM phase (`"prefill"`/`"decode"`, from the
 /// `cache_position` argument) is known, it alone decides equality and hash.
+///
+/// Build with `from_inputs`/`from_outputs`.
 #[pyclass(
     module = "aitune_fast.sample_metadata",
     name = "SampleMetadata",

@@ -16,6 +16,8 @@ use super::shared::SharedArena;
 ///
 /// Built from `((accessor, ObjectType), ...)` steps; equal when the steps are equal (whether the
 /// locator points into outputs does not matter for equality, only for `display_path`).
+///
+/// Immutable.
 #[pyclass(
     module = "aitune_fast.locator",
     name = "Locator",

@@ -85,6 +85,8 @@ impl<'py> IntoPyObject<'py> for &Multiplier {
 /// batch size it was recorded at.
 ///
 /// Two specs are equal when they have the same rank: sizes may differ on dynamic axes.
+///
+/// The fields are plain lists: changing them changes what the spec (and any metadata holding it) reports.
 #[pyclass(
     module = "aitune_fast.tensor_spec",
     name = "TensorSpec",
@@ -434,6 +436,8 @@ impl TensorSpec {
         TensorSpec::from_spec(py, &Spec::fresh(&dims, dtype, batch_size))
     }
 
+    /// Shape (SHORT), plus dtype (MEDIUM), plus min/max shapes (FULL, the default; also for None). Any enum
+    /// member named SHORT, MEDIUM or FULL (AITune's `InfoLevel`) is accepted; anything else is a ValueError.
     #[pyo3(signature = (info_level=None))]
     fn describe(&self, py: Python<'_>, info_level: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
         let level = match info_level {
@@ -463,6 +467,9 @@ impl TensorSpec {
     }
 
     /// Learn from `other`, a later sample of the same tensor (see the class docs).
+    ///
+    /// Changed axes become ``batchN`` (the same integer multiple of the batch size in both samples) or
+    /// ``dimN``. Raises ValueError when the ranks differ.
     fn update_shapes_seen(&self, py: Python<'_>, other: &Bound<'_, TensorSpec>) -> PyResult<()> {
         let before = self.to_spec(py)?;
         let theirs = other.try_borrow()?.to_spec(py)?;
@@ -480,6 +487,7 @@ impl TensorSpec {
         Ok(d)
     }
 
+    /// The largest size seen on any batch axis (1 when there is none).
     fn get_max_batch_size(&self, py: Python<'_>) -> PyResult<i64> {
         let s = self.to_spec(py)?;
         let mut out = 1;
@@ -489,6 +497,7 @@ impl TensorSpec {
         Ok(out)
     }
 
+    /// The smallest size seen on any batch axis, or None when there is none.
     fn get_min_batch_size(&self, py: Python<'_>) -> PyResult<Option<i64>> {
         let s = self.to_spec(py)?;
         let mut out: Option<i64> = None;
@@ -499,10 +508,12 @@ impl TensorSpec {
         Ok(out)
     }
 
+    /// Whether an axis was learned to be a batch axis (``batchN``).
     fn has_batch_axis(&self, py: Python<'_>) -> PyResult<bool> {
         Ok(self.to_spec(py)?.has_batch_axis())
     }
 
+    /// Whether an axis was learned to vary apart from the batch size (``dimN``).
     fn has_dynamic_axis(&self, py: Python<'_>) -> PyResult<bool> {
         Ok(self.to_spec(py)?.has_dynamic_axis())
     }
@@ -520,6 +531,7 @@ impl TensorSpec {
         }))
     }
 
+    /// The reference's dict: ``type`` (``"TensorSpec"``) and the five fields.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let copy = py.import("copy")?.getattr("deepcopy")?;
         let d = PyDict::new(py);

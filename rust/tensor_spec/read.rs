@@ -102,7 +102,9 @@ pub fn read_tensor(
     }
     memo.2 += 1;
     let start = dims.len();
-    let shape = tensor.getattr(pyo3::intern!(py, "shape"))?;
+    let shape = tensor
+        .getattr(pyo3::intern!(py, "shape"))
+        .map_err(|err| no_shape(py, tensor, err))?;
     // a tuple (torch.Size) or list of exact ints; anything else (a torch.SymInt, a numpy integer,
     // another iterable) is kept as the reference keeps it, in a spec built the Python way
     // check the type first: converting a torch.SymInt to int would specialise it (add a guard);
@@ -132,4 +134,23 @@ pub fn read_tensor(
     }
     let dtype = tensor.getattr(pyo3::intern!(py, "dtype"))?;
     Ok(Some(memo.id(&dtype)?))
+}
+
+/// torch refuses the sizes of a nested tensor of the strided layout with "Internal error: NestedTensorImpl doesn't
+/// support sizes. Please file an issue." (the reference passes that on): a `TypeError` saying what is not supported
+/// and what is, torch's error as its cause. Any other tensor's error is returned as it is.
+fn no_shape(py: Python<'_>, tensor: &Bound<'_, PyAny>, err: PyErr) -> PyErr {
+    let nested = tensor
+        .getattr(pyo3::intern!(py, "is_nested"))
+        .and_then(|v| v.is_truthy())
+        .unwrap_or(false);
+    if !nested {
+        return err;
+    }
+    let ours = pyo3::exceptions::PyTypeError::new_err(
+        "a nested tensor of the torch.strided layout has no shape (torch gives none), so aitune_fast cannot \
+         describe it: make it with layout=torch.jagged, whose shape has a symbolic ragged axis",
+    );
+    ours.set_cause(py, Some(err));
+    ours
 }

@@ -83,6 +83,24 @@ def test_api_page_documents_every_public_member_in_the_seed_order(site: Path) ->
     assert where == sorted(where), "the API page is not in the order of AITune's API page"
 
 
+SIGNATURE_WIDTH = 80  # mkdocstrings wraps signatures at 60 columns, with ruff (the docs group brings it)
+
+
+def test_api_page_signatures_wrap_and_no_rest_markup(site: Path) -> None:
+    """Without a formatter (ruff or black) mkdocstrings writes each signature on one line, and a long one runs out
+    of the content column behind a horizontal scroll (`from_inputs`'s return type); reST (`:class:`, a `::`
+    paragraph end) would show literally."""
+    text = (site / "api" / "index.html").read_text()
+    blocks = re.findall(r'<div class="doc-signature highlight"><pre>(.*?)</pre>', text, re.S)
+    lines = [line for block in blocks for line in html.unescape(re.sub(r"<[^>]+>", "", block)).splitlines()]
+    assert len(blocks) > 50, len(blocks)
+    too_long = [line for line in lines if len(line) > SIGNATURE_WIDTH]
+    assert not too_long, f"signatures not wrapped (is ruff installed?): {too_long[:3]}"
+    assert "from_inputs(\n" in "\n".join(lines), "from_inputs's signature is wrapped, one parameter a line"
+    words = html.unescape(re.sub(r"<[^>]+>", "", text))
+    assert not re.findall(r":(?:class|func|meth|attr|mod|exc):|::\n", words), "reST markup on the API page"
+
+
 # ------------------------------------------------------------------------------------------ headless Chromium
 _CHECK_PAGE = """<!doctype html><html><body><script>
 function frame(url) {

@@ -6,6 +6,7 @@ The wheel itself (tags, contents, ELF, installs next to several torch versions) 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -133,6 +134,16 @@ def test_installed_bench_writes_to_a_new_temporary_folder_not_the_current_one(mo
     out.rmdir()
 
 
+def test_the_tuned_workload_runs_as_a_module_without_a_warning_and_explains_its_mode(tmp_path):
+    """`python -m aitune_fast.bench.aitune_tuned`, which the docs quote: no runpy RuntimeWarning (the package once
+    imported the module before runpy ran it), and `--mode` says what each mode runs."""
+    cmd = [sys.executable, "-m", "aitune_fast.bench.aitune_tuned", "--help"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and "RuntimeWarning" not in proc.stderr, proc.stderr[-2000:]
+    help_text = " ".join(proc.stdout.split())
+    assert "full 15 rounds of 200 calls, quick 7 rounds of 100 calls, smoke 2 rounds of 20 calls" in help_text
+
+
 def test_tuned_table_prints_a_profile_only_when_asked():
     from aitune_fast.bench import aitune_tuned
 
@@ -228,6 +239,50 @@ def test_release_workflow_builds_tests_and_publishes_what_the_scripts_build():
     assert wf["permissions"] == {"contents": "read"}
     assert publish["steps"][-1]["uses"].startswith("pypa/gh-action-pypi-publish@")
     assert "password" not in publish["steps"][-1].get("with", {})
+    # the clone install the README leads with, tested like the wheels
+    assert any(install == "clone" for _, _, install in runs)
+    assert "python -m pip install ." in str(jobs["test"]["steps"])
+    # the GitHub Release: on the same tag, after the tests and before the index, the nine files with the
+    # CHANGELOG's section for the version as its text
+    release = jobs["github-release"]
+    assert release["if"] == publish["if"] and {"wheels", "sdist", "test"} <= set(release["needs"])
+    assert "github-release" in publish["needs"], "nothing reaches the index unless its release was made"
+    assert release["permissions"] == {"contents": "write"}
+    script = "\n".join(step.get("run", "") for step in release["steps"])
+    assert 'scripts/changelog_section.py "${TAG#v}" >release-notes.md' in script
+    assert 'gh release create "$TAG" dist/*' in script and "--notes-file release-notes.md" in script
+
+
+def test_docs_workflow_builds_strictly_and_deploys_main_to_pages():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "docs.yml").read_text())
+    on = wf.get("on", wf.get(True))
+    assert "push" in on and "pull_request" in on and wf["permissions"] == {"contents": "read"}
+    build, deploy = wf["jobs"]["build"], wf["jobs"]["deploy"]
+    steps = str(build["steps"])
+    assert "--group docs" in steps and "mkdocs build --strict --site-dir site" in steps
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert upload["with"]["path"] == "site/"
+    assert deploy["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
+    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["steps"][-1]["uses"].startswith("actions/deploy-pages@")
+
+
+def test_changelog_section_is_the_release_text(tmp_path):
+    spec = importlib.util.spec_from_file_location("changelog_section", ROOT / "scripts" / "changelog_section.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "# Changelog\n\n## [Unreleased]\n\n## [0.2.0] - 2026-12-24\n\n### Added\n\n- it\n\n[0.2.0]: https://x\n"
+    assert module.section(text, "0.2.0") == "### Added\n\n- it"
+    assert module.section(text, "Unreleased") is None  # empty: no release text
+    assert module.section(text, "0.2") is None and module.section(text, "0.3.0") is None
+    script = [sys.executable, str(ROOT / "scripts" / "changelog_section.py")]
+    unreleased = subprocess.run([*script, "Unreleased"], capture_output=True, text=True, check=False)
+    assert unreleased.returncode == 0 and unreleased.stdout.startswith("Nothing has been released yet")
+    missing = subprocess.run([*script, "0.0.1"], capture_output=True, text=True, check=False)
+    assert missing.returncode == 1 and missing.stdout == "" and "no (or an empty) section [0.0.1]" in missing.stderr
 
 
 def test_workflow_actions_are_pinned_to_commits():

@@ -37,7 +37,9 @@ def test_readme_is_short_and_in_the_order_a_user_needs():
     assert headings == ["Install", "Quick start", "With AITune: one line", "Documentation", "From a checkout"]
     intro = text.split("## Install")[0]
     assert "![" in intro and "speedups.png" in intro, "the headline numbers' chart comes first"
-    assert "bash scripts/" not in text.split("## From a checkout")[0], "checkout scripts come last"
+    before = text.split("## From a checkout")[0]
+    # the benchmark and the test suite come last (building the wheels to install is part of the install)
+    assert "scripts/bench.sh" not in before and "scripts/test.sh" not in before, "checkout scripts come last"
 
 
 def test_readme_quick_start_runs_as_written():
@@ -45,14 +47,26 @@ def test_readme_quick_start_runs_as_written():
     assert '"format":"aitune_fast.sample_metadata"' in out
 
 
-@pytest.mark.parametrize(("path", "name"), [(README, "install"), (ROOT / "docs" / "performance.md", "bench")])
+@pytest.mark.parametrize(("path", "name"), [(README, "install-wheel"), (ROOT / "docs" / "performance.md", "bench")])
 def test_documented_installs_name_this_version(path, name, tmp_path):
     wheel = tmp_path / f"aitune_fast-{aitune_fast.__version__}-cp312-cp312-manylinux_2_28_x86_64.whl"
     lines = readme_check.commands(readme_check.block(path, name), wheel)
     assert any(str(wheel) in line and line.startswith("pip install") for line in lines), lines
+    assert not any("/" + str(wheel) in line for line in lines), lines  # the folder before the name replaced too
     stale = tmp_path / "aitune_fast-0.0.1-cp312-cp312-manylinux_2_28_x86_64.whl"
     with pytest.raises(SystemExit, match="update the docs"):
         readme_check.commands(readme_check.block(path, name), stale)
+
+
+def test_readme_installs_from_a_clone_with_a_plain_pip_install():
+    """What works before any release leads: a clone of the project's repository and `pip install .` (run from a
+    clean clone by scripts/check_wheel.sh, through readme_check.py's `clone`)."""
+    lines = readme_check.commands(readme_check.block(README, "install"), Path("unused.whl"))
+    homepage = _pyproject()["project"]["urls"]["Homepage"]
+    assert lines == [f"git clone {homepage}.git", "cd aitune-fast", "pip install ."], lines
+    assert f"pip install git+{homepage}.git" in README.read_text()
+    before_release = README.read_text().split("## Install")[1].split("## Quick start")[0]
+    assert "From the first release on" in before_release and "pip install aitune_fast`" in before_release
 
 
 def test_every_artifact_name_in_the_docs_is_this_version():
@@ -85,5 +99,6 @@ def test_dependency_groups_pin_what_the_scripts_install():
     groups = _pyproject()["dependency-groups"]
     pins = dict(re.findall(r'^(\w+)_PIN="([^"]+)"', (ROOT / "scripts" / "lint_pins.sh").read_text(), re.M))
     assert sorted(groups["lint"]) == sorted(pins.values())
+    assert pins["RUFF"] in groups["docs"], "the docs job formats signatures with ruff, the linter's pin"
     extras = metadata("aitune_fast").get_all("Provides-Extra") or []
     assert sorted(extras) == ["aitune", "bench"], extras  # no dev extra in the published metadata

@@ -4,6 +4,13 @@ It measures aitune_fast against the reference (``aitune`` 0.6.0), optree and the
 ``benches/README.md`` defines; it also describes the method and where results go.
 """
 
-from .cli import main
-
 __all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (``python -m aitune_fast.bench``'s command line; `argv` as its arguments)."""
+    # imported here, not with the package: `python -m aitune_fast.bench.aitune_tuned` (a submodule cli imports)
+    # would otherwise find that module loaded before runpy runs it, and warn (RuntimeWarning)
+    from .cli import main as run
+
+    return run(argv)

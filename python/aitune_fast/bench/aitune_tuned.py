@@ -545,7 +545,7 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
 
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    rounds, n = {"full": (15, 200), "quick": (7, 100), "smoke": (2, 20)}[mode]
+    rounds, n = MODE_ROUNDS[mode]
 
     reference_sm = reference_module.SampleMetadata
     stock = _tune_all(ait, torch, "stock")
@@ -612,11 +612,21 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
     return result
 
 
+# --mode: rounds (stock, patched and call path interleaved) and calls per round of each measurement
+MODE_ROUNDS = {"full": (15, 200), "quick": (7, 100), "smoke": (2, 20)}
+
+
 def _main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=["full", "quick", "smoke"], default="quick")
+    rounds = ", ".join(f"{mode} {r} rounds of {n} calls" for mode, (r, n) in MODE_ROUNDS.items())
+    parser.add_argument(
+        "--mode",
+        choices=list(MODE_ROUNDS),
+        default="quick",
+        help=f"how long each measurement runs: {rounds} (default quick; smoke only checks that it runs)",
+    )
     parser.add_argument("--table", action="store_true", help="print the table, not JSON")
     parser.add_argument("--profile", action="store_true", help="add a cProfile breakdown of one call path call")
     ns = parser.parse_args()

@@ -107,7 +107,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"operations to run (default: all; from_inputs_gc only on large_graph_10k unless named): {', '.join(OPS)}",
     )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="fewer repeats and no scale_1m: under a minute")
+    mode.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer repeats (5) and no scale_1m: about 3 minutes on 2 idle cores; 520 s measured on 2 busy ones",
+    )
     mode.add_argument("--smoke", action="store_true", help="tiny run that checks the harness works (CI)")
     parser.add_argument(
         "--out",

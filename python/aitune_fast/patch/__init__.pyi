@@ -21,7 +21,7 @@ def patch_aitune(call_path: bool = True) -> None:
     The switch is atomic: calls into AITune made meanwhile by other threads wait for it, the calls already running
     finish first, and any failure (or KeyboardInterrupt) leaves AITune as it was. Raises ImportError when ``aitune``
     is not installed, RuntimeError when its version is not one the patch was made for (``aitune>=0.6.0,<0.7.0``),
-    and :class:`SwitchRefused` (a RuntimeError) while another thread tunes or saves or loads a checkpoint, or when
+    and ``SwitchRefused`` (a RuntimeError) while another thread tunes or saves or loads a checkpoint, or when
     AITune calls of other threads have not returned within 5 seconds: call it again once they have; TypeError when
     `call_path` is not a bool.
 
@@ -34,7 +34,7 @@ def patch_aitune(call_path: bool = True) -> None:
 def unpatch_aitune() -> None:
     """Undo ``patch_aitune()``: AITune's own objects everywhere again, its ``Locator`` registry updated with the
     registrations made while patched, and live tuned modules' backend keys converted back. Idempotent, atomic as
-    ``patch_aitune()`` is, and refused (:class:`SwitchRefused`) in the same cases.
+    ``patch_aitune()`` is, and refused (``SwitchRefused``) in the same cases.
     """
 
 def is_aitune_patched() -> bool:

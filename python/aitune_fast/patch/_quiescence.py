@@ -46,7 +46,11 @@ _WAITER_POLL_S = 0.01  # how often a caller held at a gate checks that the switc
 
 
 class SwitchRefused(RuntimeError):
-    """The patch could not be switched without breaking AITune work running in other threads."""
+    """The patch could not be switched without breaking AITune work running in other threads.
+
+    Raised while another thread runs a ``tune()`` or a checkpoint's save or load, or when calls are still running
+    after 5 seconds: nothing was changed.
+    """
 
 
 @dataclass(frozen=True)
