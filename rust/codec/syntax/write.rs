@@ -60,10 +60,8 @@ pub fn write_wtf8(out: &mut String, bytes: &[u8]) -> bool {
     let (mut run, mut i) = (0, 0);
     let mut last_high_end = usize::MAX;
     while i < bytes.len() {
-        if bytes[i] == 0xED && i + 2 < bytes.len() && (0xA0..=0xBF).contains(&bytes[i + 1]) {
+        if let Some(cp) = super::lone_surrogate(&bytes[i..]) {
             write_str_body(out, &String::from_utf8_lossy(&bytes[run..i]));
-            let cp =
-                0xD000u32 | (((bytes[i + 1] & 0x3F) as u32) << 6) | (bytes[i + 2] & 0x3F) as u32;
             if (0xDC00..0xE000).contains(&cp) && last_high_end == i {
                 return false;
             }
