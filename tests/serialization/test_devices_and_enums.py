@@ -263,6 +263,23 @@ def test_any_str_names_round_trip_exactly(names, qualname, module):
     allowed_round_trip(cls)
 
 
+def test_a_name_json_cannot_carry_is_refused_when_writing_naming_its_characters():
+    # a high and a low surrogate as two code points: JSON readers join their escapes into one character
+    cls = surrogate_enum(["a\ud83d\ude00"])
+    aitune_fast.add_safe_enums([cls])
+    try:
+        md = other_md(cls["a\ud83d\ude00"])
+        for encode in (md.to_json, md.to_dict):
+            with pytest.raises(ValueError) as info:
+                encode()
+            assert str(info.value).endswith(
+                ' at locator "cfg[\\"v\\"]" cannot be encoded: a string holds a high surrogate followed by a low one '
+                "as two code points ('\\ud83d\\ude00'), which JSON cannot tell from the pair's character"
+            )
+    finally:
+        aitune_fast.remove_safe_enums([cls])
+
+
 def test_refusals_name_lone_surrogates_as_python_writes_them(allowed):
     e = refused({"$enum": [f"{__name__}.Color", "RED\udce9"]}, "has no member")
     assert f'$enum class "{__name__}.Color" has no member "RED\\udce9"' in e.msg
