@@ -165,10 +165,7 @@ impl<'a> Parser<'a> {
             Some(b'[') => Ok(Tok::Arr),
             Some(b'{') => Ok(Tok::Obj),
             Some(b'-' | b'0'..=b'9' | b'N' | b'I') => Ok(Tok::Num),
-            Some(_) => Err(self.err(format!(
-                "unexpected {}, expected a value",
-                self.show_at(self.pos)
-            ))),
+            Some(_) => Err(self.unexpected("a value")),
         }
     }
 
@@ -305,8 +302,7 @@ impl<'a> Parser<'a> {
                     self.pos = p + 1;
                     return match self.utf8(raw, start) {
                         Ok(t) => Ok(JStr::Str(Cow::Borrowed(t))),
-                        Err(_) if self.lone_surrogates => Ok(JStr::Wtf8(raw.to_vec())),
-                        Err(e) => Err(e),
+                        Err(e) => self.lone_string(raw, e),
                     };
                 }
                 b'\\' => break,
@@ -362,6 +358,7 @@ impl<'a> Parser<'a> {
 
     /// Append the unescaped bytes `run..end` of a string to `buf`, checked to be UTF-8 (`wtf` is
     /// set where they hold lone surrogates of a str that has them).
+    #[inline(always)]
     fn copy_run(
         &self,
         run: usize,
@@ -370,13 +367,34 @@ impl<'a> Parser<'a> {
         wtf: &mut bool,
     ) -> JsonResult<()> {
         let raw = &self.src[run..end];
-        match self.utf8(raw, run) {
-            Ok(_) => {}
-            Err(_) if self.lone_surrogates => *wtf = true,
-            Err(e) => return Err(e),
+        if let Err(e) = self.utf8(raw, run) {
+            self.lone_run(e)?;
+            *wtf = true;
         }
         buf.extend_from_slice(raw);
         Ok(())
+    }
+
+    /// The bytes `raw` of a whole string, which are not UTF-8 (`e` says where): the string, where
+    /// the parser reads a str holding lone surrogates (`lone_run`), else the error.
+    #[cold]
+    #[inline(never)]
+    fn lone_string(&self, raw: &[u8], e: JsonError) -> JsonResult<JStr<'a>> {
+        self.lone_run(e)?;
+        Ok(JStr::Wtf8(raw.to_vec()))
+    }
+
+    /// A run of a string's bytes that is not UTF-8 (`e` says where): lone surrogates of the str
+    /// the parser reads, if it reads one (a Python str's surrogatepass UTF-8 holds nothing else
+    /// that is not UTF-8), else the error. Out of the way of valid text.
+    #[cold]
+    #[inline(never)]
+    fn lone_run(&self, e: JsonError) -> JsonResult<()> {
+        if self.lone_surrogates {
+            Ok(())
+        } else {
+            Err(e)
+        }
     }
 
     /// Append the escape at `p` (a backslash) to `buf`; returns where the string goes on. `wtf` is
@@ -499,10 +517,7 @@ impl<'a> Parser<'a> {
                 *first = false;
                 Ok(true)
             }
-            Some(_) => Err(self.err(format!(
-                "expected ',' or ']', found {}",
-                self.show_at(self.pos)
-            ))),
+            Some(_) => Err(self.found("',' or ']'")),
             None => Err(self.err("unexpected end of text inside an array")),
         }
     }
@@ -526,23 +541,14 @@ impl<'a> Parser<'a> {
                 self.ws();
             }
             Some(b'"') if *first => {}
-            Some(_) => {
-                return Err(self.err(format!(
-                    "expected {}, found {}",
-                    if *first { "'\"' or '}'" } else { "',' or '}'" },
-                    self.show_at(self.pos)
-                )))
-            }
+            Some(_) if *first => return Err(self.found("'\"' or '}'")),
+            Some(_) => return Err(self.found("',' or '}'")),
             None => return Err(self.err("unexpected end of text inside an object")),
         }
         *first = false;
         let at = self.pos;
         if self.src.get(self.pos) != Some(&b'"') {
-            let found = match self.src.get(self.pos) {
-                Some(_) => self.show_at(self.pos),
-                None => "the end of the text".into(),
-            };
-            return Err(self.err(format!("expected a key (a string), found {found}")));
+            return Err(self.found("a key (a string)"));
         }
         let key = self.string()?;
         self.ws();
@@ -604,6 +610,25 @@ impl<'a> Parser<'a> {
 }
 
 impl Parser<'_> {
+    /// "unexpected C, expected `what`", at the current position (inside the text).
+    #[cold]
+    #[inline(never)]
+    fn unexpected(&self, what: &str) -> JsonError {
+        let c = self.show_at(self.pos);
+        self.err(format!("unexpected {c}, expected {what}"))
+    }
+
+    /// "expected `what`, found C", at the current position.
+    #[cold]
+    #[inline(never)]
+    fn found(&self, what: &str) -> JsonError {
+        let c = match self.pos < self.src.len() {
+            true => self.show_at(self.pos),
+            false => "the end of the text".into(),
+        };
+        self.err(format!("expected {what}, found {c}"))
+    }
+
     /// The character at byte `pos` (inside the text), for a message: `'x'`, `'é'`, `lone surrogate
     /// '\udce9'` in a str that holds them, or `byte 0x01` when it is not a printable character.
     #[cold]
