@@ -506,7 +506,9 @@ class SampleMetadata:
         """Rebuild metadata from `to_json()` text (a `str`, or its UTF-8 as `bytes`, `bytearray` or
         `memoryview`): a `SampleMetadata`, or an `ExactSampleMetadata` where the document says it
         was one (whichever class this is called on). Text it cannot read raises
-        `aitune_fast.MetadataDecodeError`, a `json.JSONDecodeError` with its position.
+        `aitune_fast.MetadataDecodeError`, a `json.JSONDecodeError` with its position. Lone
+        surrogates in a `str` are read inside strings as `json.loads` reads them, and are an
+        error anywhere else.
         """
     def describe(self, info_level: InfoLevel | None = None) -> str:
         """A table of the tensors (and other values) at SHORT, MEDIUM or FULL detail.

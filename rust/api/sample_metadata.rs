@@ -423,7 +423,9 @@ impl SampleMetadata {
     /// Rebuild metadata from `to_json()` text (a `str`, or its UTF-8 as `bytes`, `bytearray` or
     /// `memoryview`): a `SampleMetadata`, or an `ExactSampleMetadata` where the document says it
     /// was one (whichever class this is called on). Text it cannot read raises
-    /// `aitune_fast.MetadataDecodeError`, a `json.JSONDecodeError` with its position.
+    /// `aitune_fast.MetadataDecodeError`, a `json.JSONDecodeError` with its position. Lone
+    /// surrogates in a `str` are read inside strings as `json.loads` reads them, and are an
+    /// error anywhere else.
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let (md, exact) = decode::from_json(py, text)?;

@@ -12,6 +12,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyType};
 
 use super::error::{CodecError, CodecResult};
+use super::syntax::escape_wtf8;
+use crate::paths::str_bytes;
 
 static TABLE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
 
@@ -65,31 +67,43 @@ pub(super) fn member_name<'py>(
         }
     }
     Err(CodecError::type_error(format!(
-        "{} is not one of the named members of {name} (composite flags cannot be encoded)",
-        v.repr().map(|r| r.to_string()).unwrap_or_default()
+        "{} is not one of the named members of {} (composite flags cannot be encoded)",
+        v.repr().map(|r| r.to_string()).unwrap_or_default(),
+        escaped(name)?,
     )))
 }
 
+/// A name escaped for a message between double quotes, any lone surrogate in it as Python writes
+/// it (`E\\udce9`).
+fn escaped(name: &Bound<'_, PyString>) -> PyResult<String> {
+    Ok(escape_wtf8(&str_bytes(name)?))
+}
+
 /// The member `member` of the allowed class named `class` (a refusal, not yet placed, if the
-/// class is not on the list or has no such member).
+/// class is not on the list or has no such member). Names are compared as Python compares strs.
 pub(super) fn member_of<'py>(
     py: Python<'py>,
-    class: &str,
-    member: &str,
+    class: &Bound<'py, PyString>,
+    member: &Bound<'py, PyString>,
 ) -> CodecResult<Bound<'py, PyAny>> {
     let Some(ty) = table(py).get_item(class)? else {
-        let short = class.rsplit('.').next().unwrap_or(class);
+        let class = escaped(class)?;
+        let short = class.rsplit('.').next().unwrap_or_default();
         return Err(CodecError::value(format!(
-            "$enum class {class:?} is not allowed: documents name Enum classes, they never import \
+            "$enum class \"{class}\" is not allowed: documents name Enum classes, they never import \
              them; allow it before reading with aitune_fast.add_safe_enums([{short}])"
         )));
     };
     let members = ty.getattr(pyo3::intern!(py, "__members__"))?;
     match members.get_item(member) {
         Ok(m) => Ok(m),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(py) => Err(CodecError::value(
-            format!("$enum class {class:?} has no member {member:?}"),
-        )),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(py) => {
+            Err(CodecError::value(format!(
+                "$enum class \"{}\" has no member \"{}\"",
+                escaped(class)?,
+                escaped(member)?
+            )))
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -115,6 +129,10 @@ mod tests {
             .unwrap()
     }
 
+    fn pystr<'py>(py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+        PyString::new(py, s)
+    }
+
     fn message(py: Python<'_>, e: CodecError) -> String {
         e.into_pyerr(py).value(py).str().unwrap().to_string()
     }
@@ -125,7 +143,7 @@ mod tests {
             let c = color(py);
             let red = c.getattr("RED").unwrap();
             assert!(allowed_name(py, &c).is_none());
-            let e = member_of(py, "x.Color", "RED").unwrap_err();
+            let e = member_of(py, &pystr(py, "x.Color"), &pystr(py, "RED")).unwrap_err();
             let m = message(py, e);
             assert!(
                 m.contains("not allowed") && m.contains("add_safe_enums([Color])"),
@@ -135,15 +153,20 @@ mod tests {
             table(py).set_item("x.Color", &c).unwrap();
             let name = allowed_name(py, &c).unwrap();
             assert_eq!(name.to_str().unwrap(), "x.Color");
-            assert!(member_of(py, "x.Color", "RED").unwrap().is(&red));
+            assert!(member_of(py, &pystr(py, "x.Color"), &pystr(py, "RED"))
+                .unwrap()
+                .is(&red));
             // an alias is written under its canonical member's name
             let crimson = c.getattr("CRIMSON").unwrap();
             let n = member_name(&crimson, &c, &name).unwrap();
             assert_eq!(n.to_str().unwrap(), "RED");
-            let m = message(py, member_of(py, "x.Color", "GREEN").unwrap_err());
+            let m = message(
+                py,
+                member_of(py, &pystr(py, "x.Color"), &pystr(py, "GREEN")).unwrap_err(),
+            );
             assert!(m.contains("has no member \"GREEN\""), "{m}");
             // a name that is not on the list is never resolved any other way
-            assert!(member_of(py, "builtins.object", "x").is_err());
+            assert!(member_of(py, &pystr(py, "builtins.object"), &pystr(py, "x")).is_err());
             table(py).del_item("x.Color").unwrap();
             assert!(allowed_name(py, &c).is_none());
         });

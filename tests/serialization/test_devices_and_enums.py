@@ -17,6 +17,8 @@ import aitune_fast
 import pytest
 import torch
 from aitune_fast import ExactSampleMetadata, Locator, MetadataDecodeError, ObjectType, SampleMetadata
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 SM = SampleMetadata
 
@@ -200,6 +202,90 @@ def test_enum_display_values_are_the_reference_json_dicts(allowed, member):
 def test_composite_flags_are_refused_by_name(allowed):
     with pytest.raises(TypeError, match="composite flags cannot be encoded"):
         other_md(Perm.R | Perm.W).to_json()
+
+
+# names with lone surrogates (issue 42, item 7): the functional API takes any str, e.g. a label read with
+# surrogateescape; a class's __module__ and __qualname__ can be any str too
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=3)
+SURROGATE_NAMES = st.builds(lambda a, s, b: a + s + b, ANY_TEXT, st.integers(0xD800, 0xDFFF).map(chr), ANY_TEXT)
+
+
+def surrogate_enum(names, qualname="E", module=__name__):
+    """An Enum class of members `names` (None where Enum refuses them), with the given qualified name."""
+    try:
+        cls = enum.Enum("E", list(names), module=module)
+    except (ValueError, TypeError):  # a reserved or repeated name: not a class Enum makes
+        return None
+    cls.__qualname__ = qualname
+    return cls
+
+
+def allowed_round_trip(cls):
+    """Every member of `cls`, allowed, comes back from both codecs as itself."""
+    aitune_fast.add_safe_enums([cls])
+    try:
+        md = other_md(list(cls))
+        round_trips(md)
+        for back in (SM.from_json(md.to_json()), SM.from_dict(md.to_dict())):
+            assert all(a is b for a, b in zip(back.other_data[0][1], cls, strict=True))
+    finally:
+        aitune_fast.remove_safe_enums([cls])
+
+
+def test_enum_names_with_lone_surrogates_round_trip_exactly():
+    # "?" beside "a\udce9": a name read as "?" would be a silent wrong member
+    allowed_round_trip(surrogate_enum(["a\udce9", "?", "b\ud800c"]))
+    allowed_round_trip(surrogate_enum(["A", "?"], qualname="Q\udce9"))
+    allowed_round_trip(surrogate_enum(["A"], qualname="Outer.\udfff", module="m\udc80"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    names=st.lists(SURROGATE_NAMES, min_size=1, max_size=3, unique=True),
+    qualname=st.one_of(st.just("E"), SURROGATE_NAMES),
+    module=st.one_of(st.just(__name__), SURROGATE_NAMES),
+)
+def test_any_str_names_round_trip_exactly(names, qualname, module):
+    cls = surrogate_enum(["?", *names], qualname, module)
+    assume(cls is not None)
+    try:
+        other_md(list(cls)).to_json()
+    except TypeError:  # the class is not allowed yet: every writer refuses it
+        pass
+    aitune_fast.add_safe_enums([cls])
+    try:
+        other_md(list(cls)).to_json()
+    except ValueError as e:  # a high surrogate then a low one, as two code points: refused by every str writer
+        assume("two code points" not in str(e))
+        raise
+    finally:
+        aitune_fast.remove_safe_enums([cls])
+    allowed_round_trip(cls)
+
+
+def test_a_name_json_cannot_carry_is_refused_when_writing_naming_its_characters():
+    # a high and a low surrogate as two code points: JSON readers join their escapes into one character
+    cls = surrogate_enum(["a\ud83d\ude00"])
+    aitune_fast.add_safe_enums([cls])
+    try:
+        md = other_md(cls["a\ud83d\ude00"])
+        for encode in (md.to_json, md.to_dict):
+            with pytest.raises(ValueError) as info:
+                encode()
+            assert str(info.value).endswith(
+                ' at locator "cfg[\\"v\\"]" cannot be encoded: a string holds a high surrogate followed by a low one '
+                "as two code points ('\\ud83d\\ude00'), which JSON cannot tell from the pair's character"
+            )
+    finally:
+        aitune_fast.remove_safe_enums([cls])
+
+
+def test_refusals_name_lone_surrogates_as_python_writes_them(allowed):
+    e = refused({"$enum": [f"{__name__}.Color", "RED\udce9"]}, "has no member")
+    assert f'$enum class "{__name__}.Color" has no member "RED\\udce9"' in e.msg
+    e = refused({"$enum": [f"{__name__}.Co\udce9lor", "RED"]}, "is not allowed")
+    assert f'$enum class "{__name__}.Co\\udce9lor" is not allowed' in e.msg
+    assert "add_safe_enums([Co\\udce9lor])" in e.msg
 
 
 def test_a_document_naming_a_class_not_allowed_is_refused_naming_the_way_out():

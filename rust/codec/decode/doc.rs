@@ -1,5 +1,7 @@
 //! A whole document of any of the three formats, and `from_json`.
 
+use std::borrow::Cow;
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
@@ -11,6 +13,7 @@ use crate::codec::format::{
 };
 use crate::codec::syntax::read::{JNum, Parser, Tok};
 use crate::metadata::SampleMetadata;
+use crate::paths::str_bytes;
 
 use super::build::Build;
 use super::entries::read_entries;
@@ -371,11 +374,15 @@ impl<'py> Input<'py> {
         )))
     }
 
-    /// The text as UTF-8 bytes.
-    fn src(&self) -> PyResult<&[u8]> {
+    /// The text as UTF-8 bytes, borrowed from the str or the copy; for a str holding lone
+    /// surrogates (which `to_str` refuses), its surrogatepass UTF-8, and `true`.
+    fn src(&self) -> PyResult<(Cow<'_, [u8]>, bool)> {
         match self {
-            Input::Str(s) => Ok(s.to_str()?.as_bytes()),
-            Input::Bytes(b) => Ok(b),
+            Input::Str(s) => match s.to_str() {
+                Ok(t) => Ok((Cow::Borrowed(t.as_bytes()), false)),
+                Err(_) => Ok((str_bytes(s)?, true)),
+            },
+            Input::Bytes(b) => Ok((Cow::Borrowed(b), false)),
         }
     }
 
@@ -392,7 +399,8 @@ impl<'py> Input<'py> {
 pub fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<(SampleMetadata, bool)> {
     const WHAT: &str = "SampleMetadata.from_json";
     let input = Input::of(text)?;
-    let src = input.src()?;
+    let (src, lone_surrogates) = input.src()?;
+    let src = &*src;
     let read = || {
         if let Input::Bytes(bytes) = &input {
             if let Err(e) = std::str::from_utf8(bytes) {
@@ -402,7 +410,11 @@ pub fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<(SampleMet
                 ));
             }
         }
-        let mut p = Parser::new(src, true);
+        let mut p = if lone_surrogates {
+            Parser::with_lone_surrogates(src)
+        } else {
+            Parser::new(src, true)
+        };
         let mut b = Build::new(py);
         let info = read_doc(py, &mut p, &mut b, Doc::Full)?;
         let md = b.finish(info.strict, info.llm_phase, info.is_output, true)?;

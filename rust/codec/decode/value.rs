@@ -260,7 +260,7 @@ fn read_device_tag<'py>(
 }
 
 /// An `$enum`: `[class name, member name]`, a member of a class on the allow-list
-/// (`safe_enums`).
+/// (`safe_enums`). Both names are looked up as the strs they are, lone surrogates included.
 fn read_enum_tag<'py>(
     py: Python<'py>,
     p: &mut Parser<'_>,
@@ -272,17 +272,17 @@ fn read_enum_tag<'py>(
     }
     p.arr_begin()?;
     let mut f = true;
-    let mut names = [String::new(), String::new()];
-    for name in names.iter_mut() {
+    let mut name = || {
         if !p.arr_next(&mut f)? || p.peek()? != Tok::Str {
             return Err(not_a_pair());
         }
-        *name = p.string()?.as_str().unwrap_or("?").to_owned();
-    }
+        jstr_to_py(py, &p.string()?)
+    };
+    let (class, member) = (name()?, name()?);
     if p.arr_next(&mut f)? {
         return Err(not_a_pair());
     }
-    member_of(py, &names[0], &names[1]).map_err(|e| e.at(vat))
+    member_of(py, &class, &member).map_err(|e| e.at(vat))
 }
 
 fn read_items<'py>(py: Python<'py>, p: &mut Parser<'_>) -> CodecResult<Bound<'py, PyList>> {

@@ -35,9 +35,7 @@ pub(super) fn write_text(out: &mut String, t: &Text) -> CodecResult<()> {
     match t.as_str() {
         Some(s) => jt::write_str(out, s),
         None => {
-            if !jt::write_wtf8(out, t.as_bytes()) {
-                return Err(pair_error());
-            }
+            jt::write_wtf8(out, t.as_bytes()).map_err(pair_error)?;
         }
     }
     Ok(())
@@ -80,11 +78,11 @@ fn unsupported(v: &Bound<'_, PyAny>) -> CodecError {
     ))
 }
 
-fn pair_error() -> CodecError {
-    CodecError::value(
-        "a string holds a high surrogate followed by a low one as two code points, \
-         which JSON cannot tell from the pair's character",
-    )
+fn pair_error([high, low]: [u32; 2]) -> CodecError {
+    CodecError::value(format!(
+        "a string holds a high surrogate followed by a low one as two code points \
+         ('\\u{high:04x}\\u{low:04x}'), which JSON cannot tell from the pair's character"
+    ))
 }
 
 pub(super) struct Enc<'py> {
@@ -219,11 +217,7 @@ impl<'py> Enc<'py> {
                 let b =
                     s.call_method1(pyo3::intern!(self.py, "encode"), ("utf-8", "surrogatepass"))?;
                 let b = b.cast::<PyBytes>()?;
-                if jt::write_wtf8(&mut self.out, b.as_bytes()) {
-                    Ok(())
-                } else {
-                    Err(pair_error())
-                }
+                jt::write_wtf8(&mut self.out, b.as_bytes()).map_err(pair_error)
             }
         }
     }

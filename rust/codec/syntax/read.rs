@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use super::write::NEEDS_ESCAPE;
-use super::MAX_NESTING;
+use super::{escape_wtf8, lone_surrogate, MAX_NESTING};
 
 /// Why reading stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,11 +47,11 @@ impl JStr<'_> {
     pub fn is(&self, s: &str) -> bool {
         self.as_str() == Some(s)
     }
-    /// For messages.
+    /// For messages: quoted, lone surrogates written as Python writes them (`"a\\udce9"`).
     pub fn show(&self) -> String {
         match self {
             JStr::Str(s) => format!("{s:?}"),
-            JStr::Wtf8(b) => format!("{:?}", String::from_utf8_lossy(b)),
+            JStr::Wtf8(b) => format!("\"{}\"", escape_wtf8(b)),
         }
     }
 }
@@ -95,6 +95,8 @@ pub struct Parser<'a> {
     depth: usize,
     /// whether the source is known to be valid UTF-8 (a Python str)
     utf8_checked: bool,
+    /// whether the source is a Python str holding lone surrogates, in surrogatepass UTF-8
+    lone_surrogates: bool,
 }
 
 impl<'a> Parser<'a> {
@@ -104,6 +106,18 @@ impl<'a> Parser<'a> {
             pos: 0,
             depth: 0,
             utf8_checked,
+            lone_surrogates: false,
+        }
+    }
+
+    /// A parser over the text of a Python str that holds lone surrogates, as surrogatepass UTF-8
+    /// (`paths::str_bytes`). Inside a string value they are read as the str's own characters, as
+    /// `json.loads` reads them (a string holding one is a `JStr::Wtf8`); anywhere else they are a
+    /// syntax error at their offset, as any other character there.
+    pub fn with_lone_surrogates(src: &'a [u8]) -> Parser<'a> {
+        Parser {
+            lone_surrogates: true,
+            ..Parser::new(src, false)
         }
     }
 
@@ -114,6 +128,7 @@ impl<'a> Parser<'a> {
             pos,
             depth,
             utf8_checked: self.utf8_checked,
+            lone_surrogates: self.lone_surrogates,
         }
     }
 
@@ -150,7 +165,7 @@ impl<'a> Parser<'a> {
             Some(b'[') => Ok(Tok::Arr),
             Some(b'{') => Ok(Tok::Obj),
             Some(b'-' | b'0'..=b'9' | b'N' | b'I') => Ok(Tok::Num),
-            Some(&b) => Err(self.err(format!("unexpected {}, expected a value", show_byte(b)))),
+            Some(_) => Err(self.unexpected("a value")),
         }
     }
 
@@ -285,7 +300,10 @@ impl<'a> Parser<'a> {
                 b'"' => {
                     let raw = &s[start..p];
                     self.pos = p + 1;
-                    return Ok(JStr::Str(Cow::Borrowed(self.utf8(raw, start)?)));
+                    return match self.utf8(raw, start) {
+                        Ok(t) => Ok(JStr::Str(Cow::Borrowed(t))),
+                        Err(e) => self.lone_string(raw, e),
+                    };
                 }
                 b'\\' => break,
                 0..=0x1f => {
@@ -314,14 +332,12 @@ impl<'a> Parser<'a> {
             };
             match b {
                 b'"' => {
-                    self.utf8(&s[run..p], run)?;
-                    buf.extend_from_slice(&s[run..p]);
+                    self.copy_run(run, p, &mut buf, &mut wtf)?;
                     self.pos = p + 1;
                     break;
                 }
                 b'\\' => {
-                    self.utf8(&s[run..p], run)?;
-                    buf.extend_from_slice(&s[run..p]);
+                    self.copy_run(run, p, &mut buf, &mut wtf)?;
                     p = self.unescape(p, &mut buf, &mut wtf)?;
                     run = p;
                 }
@@ -337,6 +353,47 @@ impl<'a> Parser<'a> {
         match String::from_utf8(buf) {
             Ok(s) => Ok(JStr::Str(Cow::Owned(s))),
             Err(_) => Err(self.err_at(start, "invalid UTF-8 in a string")),
+        }
+    }
+
+    /// Append the unescaped bytes `run..end` of a string to `buf`, checked to be UTF-8 (`wtf` is
+    /// set where they hold lone surrogates of a str that has them).
+    #[inline(always)]
+    fn copy_run(
+        &self,
+        run: usize,
+        end: usize,
+        buf: &mut Vec<u8>,
+        wtf: &mut bool,
+    ) -> JsonResult<()> {
+        let raw = &self.src[run..end];
+        if let Err(e) = self.utf8(raw, run) {
+            self.lone_run(e)?;
+            *wtf = true;
+        }
+        buf.extend_from_slice(raw);
+        Ok(())
+    }
+
+    /// The bytes `raw` of a whole string, which are not UTF-8 (`e` says where): the string, where
+    /// the parser reads a str holding lone surrogates (`lone_run`), else the error.
+    #[cold]
+    #[inline(never)]
+    fn lone_string(&self, raw: &[u8], e: JsonError) -> JsonResult<JStr<'a>> {
+        self.lone_run(e)?;
+        Ok(JStr::Wtf8(raw.to_vec()))
+    }
+
+    /// A run of a string's bytes that is not UTF-8 (`e` says where): lone surrogates of the str
+    /// the parser reads, if it reads one (a Python str's surrogatepass UTF-8 holds nothing else
+    /// that is not UTF-8), else the error. Out of the way of valid text.
+    #[cold]
+    #[inline(never)]
+    fn lone_run(&self, e: JsonError) -> JsonResult<()> {
+        if self.lone_surrogates {
+            Ok(())
+        } else {
+            Err(e)
         }
     }
 
@@ -421,10 +478,8 @@ impl<'a> Parser<'a> {
         if self.src.get(self.pos) != Some(&c) {
             let found = match self.peek() {
                 Ok(t) => t.name().to_string(),
-                Err(_) => match self.src.get(self.pos) {
-                    Some(&b) => show_byte(b),
-                    None => "the end of the text".into(),
-                },
+                Err(_) if self.pos < self.src.len() => self.show_at(self.pos),
+                Err(_) => "the end of the text".into(),
             };
             return Err(self.err(format!("expected {what}, found {found}")));
         }
@@ -462,7 +517,7 @@ impl<'a> Parser<'a> {
                 *first = false;
                 Ok(true)
             }
-            Some(&b) => Err(self.err(format!("expected ',' or ']', found {}", show_byte(b)))),
+            Some(_) => Err(self.found("',' or ']'")),
             None => Err(self.err("unexpected end of text inside an array")),
         }
     }
@@ -486,19 +541,14 @@ impl<'a> Parser<'a> {
                 self.ws();
             }
             Some(b'"') if *first => {}
-            Some(&b) => {
-                return Err(self.err(format!(
-                    "expected {}, found {}",
-                    if *first { "'\"' or '}'" } else { "',' or '}'" },
-                    show_byte(b)
-                )))
-            }
+            Some(_) if *first => return Err(self.found("'\"' or '}'")),
+            Some(_) => return Err(self.found("',' or '}'")),
             None => return Err(self.err("unexpected end of text inside an object")),
         }
         *first = false;
         let at = self.pos;
         if self.src.get(self.pos) != Some(&b'"') {
-            return Err(self.err("expected a key (a string)"));
+            return Err(self.found("a key (a string)"));
         }
         let key = self.string()?;
         self.ws();
@@ -559,11 +609,50 @@ impl<'a> Parser<'a> {
     }
 }
 
-fn show_byte(b: u8) -> String {
-    if b.is_ascii_graphic() {
-        format!("'{}'", b as char)
-    } else {
-        format!("byte 0x{b:02x}")
+impl Parser<'_> {
+    /// "unexpected C, expected `what`", at the current position (inside the text).
+    #[cold]
+    #[inline(never)]
+    fn unexpected(&self, what: &str) -> JsonError {
+        let c = self.show_at(self.pos);
+        self.err(format!("unexpected {c}, expected {what}"))
+    }
+
+    /// "expected `what`, found C", at the current position.
+    #[cold]
+    #[inline(never)]
+    fn found(&self, what: &str) -> JsonError {
+        let c = match self.pos < self.src.len() {
+            true => self.show_at(self.pos),
+            false => "the end of the text".into(),
+        };
+        self.err(format!("expected {what}, found {c}"))
+    }
+
+    /// The character at byte `pos` (inside the text), for a message: `'x'`, `'é'`, `lone surrogate
+    /// '\udce9'` in a str that holds them, or `byte 0x01` when it is not a printable character.
+    #[cold]
+    fn show_at(&self, pos: usize) -> String {
+        let rest = &self.src[pos..];
+        if let Some(cp) = lone_surrogate(rest).filter(|_| self.lone_surrogates) {
+            return format!("lone surrogate '\\u{cp:04x}'");
+        }
+        let len = match rest[0] {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        let c = rest
+            .get(..len)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|s| s.chars().next());
+        match c {
+            Some(c) if c.is_ascii_graphic() || (!c.is_ascii() && !c.is_control()) => {
+                format!("{c:?}")
+            }
+            _ => format!("byte 0x{:02x}", rest[0]),
+        }
     }
 }
 
@@ -682,7 +771,12 @@ mod tests {
             (b"[,1]", 1, "unexpected ',', expected a value"),
             (b"{1:2}", 1, "expected '\"' or '}', found '1'"),
             (b"{\"a\":1 \"b\"}", 7, "expected ',' or '}', found '\"'"),
-            (b"{\"a\":1,}", 7, "expected a key (a string)"),
+            (b"{\"a\":1,}", 7, "expected a key (a string), found '}'"),
+            (
+                b"{\"a\":1,",
+                7,
+                "expected a key (a string), found the end of the text",
+            ),
             (b"{\"a\" 1}", 5, "expected ':' after a key"),
             (b"{\"a\":1", 6, "unexpected end of text inside an object"),
             (b"{", 1, "unexpected end of text inside an object"),
@@ -835,8 +929,90 @@ mod tests {
         assert!(
             matches!(string("\"\\udc00\\ud800\""), JStr::Wtf8(b) if b == [0xED, 0xB0, 0x80, 0xED, 0xA0, 0x80])
         );
-        assert_eq!(string("\"\\ud800\"").show(), "\"\u{fffd}\u{fffd}\u{fffd}\"");
+        // messages write them as Python does
+        assert_eq!(string("\"a\\ud800\"").show(), "\"a\\ud800\"");
         assert_eq!(string("\"a\\\"b\"").show(), "\"a\\\"b\"");
+    }
+
+    /// The strings of a JSON array read by a parser of a str's surrogatepass UTF-8.
+    fn lone_strings(src: &[u8]) -> Vec<JStr<'_>> {
+        let mut p = Parser::with_lone_surrogates(src);
+        let (mut out, mut first) = (Vec::new(), true);
+        p.arr_begin().unwrap();
+        while p.arr_next(&mut first).unwrap() {
+            out.push(p.string().unwrap());
+        }
+        p.end().unwrap();
+        out
+    }
+
+    #[test]
+    fn a_str_holding_lone_surrogates_is_read_inside_strings() {
+        // '\udce9' is ED B3 A9 in surrogatepass UTF-8
+        let got = lone_strings(
+            b"[\"a\xed\xb3\xa9\", \"\xed\xb3\xa9\\n\xc3\xa9\", \"plain\", \"\xc3\xa9\"]",
+        );
+        assert!(matches!(&got[0], JStr::Wtf8(b) if b == b"a\xed\xb3\xa9"));
+        assert!(matches!(&got[1], JStr::Wtf8(b) if b == b"\xed\xb3\xa9\n\xc3\xa9"));
+        assert!(matches!(&got[2], JStr::Str(Cow::Borrowed("plain"))));
+        assert!(matches!(&got[3], JStr::Str(Cow::Borrowed("é"))));
+        // one as itself and one escaped are two characters, as json.loads reads them: only two
+        // escapes make one
+        let got = lone_strings(b"[\"\xed\xa0\xbd\\ude00\", \"\\ud83d\xed\xb8\x80\"]");
+        for s in &got {
+            assert!(matches!(s, JStr::Wtf8(b) if b == b"\xed\xa0\xbd\xed\xb8\x80"));
+        }
+    }
+
+    #[test]
+    fn a_lone_surrogate_outside_a_string_is_an_error_naming_it() {
+        let error = |src: &[u8]| {
+            let mut p = Parser::with_lone_surrogates(src);
+            match p.skip().and_then(|_| p.end()) {
+                Err(JsonError::Syntax { pos, msg }) => (pos, msg.into_owned()),
+                other => panic!("expected a syntax error, got {other:?}"),
+            }
+        };
+        let cases: &[(&[u8], usize, &str)] = &[
+            (
+                b"\xed\xb3\xa9[]",
+                0,
+                "unexpected lone surrogate '\\udce9', expected a value",
+            ),
+            (
+                b"[1\xed\xa0\x80]",
+                2,
+                "expected ',' or ']', found lone surrogate '\\ud800'",
+            ),
+            (
+                b"{\xed\xb3\xa9}",
+                1,
+                "expected '\"' or '}', found lone surrogate '\\udce9'",
+            ),
+            (
+                b"{\"a\":1,\xed\xb3\xa9}",
+                7,
+                "expected a key (a string), found lone surrogate '\\udce9'",
+            ),
+            (
+                b"[]\xed\xb3\xa9",
+                2,
+                "extra data after the end of the document",
+            ),
+            (b"\xc3\xa9", 0, "unexpected '\u{e9}', expected a value"),
+        ];
+        for &(src, pos, msg) in cases {
+            assert_eq!(error(src), (pos, msg.to_owned()), "{src:?}");
+        }
+        // bytes are not a str: the same 3 bytes are no UTF-8 there
+        assert_eq!(
+            super::tests::error(b"\xed\xb3\xa9"),
+            (0, "unexpected byte 0xed, expected a value".to_owned())
+        );
+        assert_eq!(
+            super::tests::error(b"\"\xed\xb3\xa9\""),
+            (1, "invalid UTF-8 in a string".to_owned())
+        );
     }
 
     #[test]

@@ -52,25 +52,26 @@ pub fn write_str_body(out: &mut String, s: &str) {
 }
 
 /// Append a JSON string literal for WTF-8 bytes (UTF-8 that may encode lone surrogates, as
-/// `str.encode("utf-8", "surrogatepass")` produces): surrogates become `\udXXX` escapes. Returns
-/// false, having written nothing useful, when a high surrogate is directly followed by a low one:
-/// any JSON reader would join the two escapes into one character, so the text cannot round-trip.
-pub fn write_wtf8(out: &mut String, bytes: &[u8]) -> bool {
+/// `str.encode("utf-8", "surrogatepass")` produces): surrogates become `\udXXX` escapes. Refuses,
+/// having written nothing useful, a high surrogate directly followed by a low one (returned): any
+/// JSON reader would join the two escapes into one character, so the text cannot round-trip.
+pub fn write_wtf8(out: &mut String, bytes: &[u8]) -> Result<(), [u32; 2]> {
     out.push('"');
     let (mut run, mut i) = (0, 0);
-    let mut last_high_end = usize::MAX;
+    let mut last_high: Option<(usize, u32)> = None;
     while i < bytes.len() {
-        if bytes[i] == 0xED && i + 2 < bytes.len() && (0xA0..=0xBF).contains(&bytes[i + 1]) {
+        if let Some(cp) = super::lone_surrogate(&bytes[i..]) {
             write_str_body(out, &String::from_utf8_lossy(&bytes[run..i]));
-            let cp =
-                0xD000u32 | (((bytes[i + 1] & 0x3F) as u32) << 6) | (bytes[i + 2] & 0x3F) as u32;
-            if (0xDC00..0xE000).contains(&cp) && last_high_end == i {
-                return false;
+            match last_high {
+                Some((end, high)) if end == i && (0xDC00..0xE000).contains(&cp) => {
+                    return Err([high, cp])
+                }
+                _ => {}
             }
             let _ = write!(out, "\\u{:04x}", cp);
             i += 3;
             if cp < 0xDC00 {
-                last_high_end = i;
+                last_high = Some((i, cp));
             }
             run = i;
         } else {
@@ -79,7 +80,7 @@ pub fn write_wtf8(out: &mut String, bytes: &[u8]) -> bool {
     }
     write_str_body(out, &String::from_utf8_lossy(&bytes[run..]));
     out.push('"');
-    true
+    Ok(())
 }
 
 /// Append `v` in decimal.
@@ -309,5 +310,26 @@ mod tests {
         let mut out = String::new();
         write_str(&mut out, "a\"b\\c\n\u{1}é");
         assert_eq!(out, "\"a\\\"b\\\\c\\n\\u0001é\"");
+    }
+
+    #[test]
+    fn lone_surrogates_are_escaped_and_a_pair_of_them_refused_by_name() {
+        let write = |b: &[u8]| {
+            let mut out = String::new();
+            write_wtf8(&mut out, b).map(|_| out)
+        };
+        // '\udce9', 'é', a backslash, '\ud800'
+        assert_eq!(
+            write(b"\xed\xb3\xa9\xc3\xa9\\\xed\xa0\x80").as_deref(),
+            Ok("\"\\udce9é\\\\\\ud800\"")
+        );
+        // a low surrogate then a high one reads back as the two: written
+        assert!(write(b"\xed\xb0\x80\xed\xa0\x80").is_ok());
+        // a high then a low one would read back as one character: refused, naming both
+        assert_eq!(write(b"x\xed\xa0\xbd\xed\xb8\x80"), Err([0xD83D, 0xDE00]));
+        assert_eq!(
+            write(b"\xed\xa0\xbdx\xed\xb8\x80").as_deref(),
+            Ok("\"\\ud83dx\\ude00\"")
+        );
     }
 }
