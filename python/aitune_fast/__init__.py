@@ -15,10 +15,10 @@ from aitune_fast._config import config, configure
 from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, TensorSpec
 from aitune_fast._enums import InfoLevel, ObjectType
 from aitune_fast._errors import MetadataDecodeError
+from aitune_fast._explain import Difference, DispatchReport, GraphReport, explain
 from aitune_fast._helpers import batch_tensor
 from aitune_fast._safe_enums import add_safe_enums, get_safe_enums, remove_safe_enums
 from aitune_fast._version import __version__ as __version__  # written once, in Cargo.toml
-from aitune_fast._explain import Difference, DispatchReport, GraphReport, explain
 from aitune_fast.global_context import BATCH_SIZE_KEY, global_context
 from aitune_fast.patch import is_aitune_patched, patch_aitune, unpatch_aitune
 

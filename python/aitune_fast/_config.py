@@ -49,6 +49,7 @@ def configure(*, explain_misses: bool | None = None) -> None:
             raise TypeError(f"configure(explain_misses=...) takes a bool, not {type(explain_misses).__name__}")
         config.explain_misses = explain_misses
 
+
 # The config the Rust core reads ``enable_transformers_integration`` from on every call: ``config``,
 # or AITune's ``aitune.torch.config.config`` while ``aitune_fast.patch_aitune()`` is active.
 _source: list = [config]

@@ -82,8 +82,9 @@ _TEXTS = {
     "phase": _text_phase,
     "missing_tensor": _text_missing_tensor,
     "extra_tensor": lambda d: f"{d.path}: a tensor of shape {d.call} in the call, which the graph does not have",
-    "rank": lambda d: f"{d.path}: rank {len(d.call)} (shape {d.call}) in the call, rank {len(d.graph)} (shape "
-    f"{d.graph}) in the graph",
+    "rank": lambda d: (
+        f"{d.path}: rank {len(d.call)} (shape {d.call}) in the call, rank {len(d.graph)} (shape {d.graph}) in the graph"
+    ),
     "missing_value": lambda d: f"{d.path}: value {d.graph} in the graph (strict mode), missing from the call",
     "extra_value": lambda d: f"{d.path}: value {d.call} in the call (strict mode), which the graph does not have",
     "value": lambda d: f"{d.path}: value {d.call} in the call, {d.graph} in the graph (strict mode)",
@@ -118,6 +119,7 @@ class GraphReport:
 
     @property
     def label(self) -> str:
+        """How the report names it: ``graph #1 (decode, 8 tensors, TorchEagerBackend())``."""
         phase = f"{self.llm_phase}, " if self.llm_phase else ""
         tensors = f"{self.tensors} tensor{'' if self.tensors == 1 else 's'}"
         return f"graph #{self.index} ({phase}{tensors}, {self.backend})"

@@ -43,8 +43,15 @@ def tune_pair(ait, torch) -> Any:
 
 def llm_sample(torch, layers: int = 1) -> dict:
     g = torch.Generator().manual_seed(3)
-    cache = {f"layer{i}": {"key": torch.randn(2, 4, generator=g), "value": torch.randn(2, 4, generator=g)} for i in range(layers)}
-    return {"input_ids": torch.randint(0, 32, (1,), generator=g), "attention_mask": torch.ones(1), "past_key_values": cache}
+    cache = {
+        f"layer{i}": {"key": torch.randn(2, 4, generator=g), "value": torch.randn(2, 4, generator=g)}
+        for i in range(layers)
+    }
+    return {
+        "input_ids": torch.randint(0, 32, (1,), generator=g),
+        "attention_mask": torch.ones(1),
+        "past_key_values": cache,
+    }
 
 
 def tune_llm(ait, torch) -> Any:
@@ -97,9 +104,8 @@ def main(mode: str, workdir: str) -> dict:
 
         aitune_fast.patch_aitune()
     import aitune_fast
-    from aitune_fast import InfoLevel, explain
-
     from aitune.torch.module_registry import MODULE_REGISTRY
+    from aitune_fast import InfoLevel, explain
 
     pair = tune_pair(ait, torch)
     MODULE_REGISTRY.clear()  # ait.tune() tunes every registered module: the next tune leaves this one be
