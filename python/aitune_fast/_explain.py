@@ -27,6 +27,7 @@ _JIT_PATCHED = "aitune.torch.jit.patched_module"
 _JIT_PATCHER = "aitune.torch.jit.patcher"
 _MISS_PREFIX = "No backend found"
 _SHORT_GRAPHS = 5  # graphs str() shows, nearest first
+_MAX_MODULES = 100_000  # modules looked through for tuned ones in an object holding them
 _EXPLAINED = "_aitune_fast_explained"  # set on an error that got its note: an outer call adds no second one
 
 # the kinds of difference that make a graph's key differ from the call's where the graph has no LLM phase (the others,
@@ -372,12 +373,21 @@ def _attributes(obj: Any) -> list[Any]:
 
 
 def _submodules(root: Any, torch: Any) -> list[Any]:
+    """`root` and the modules under it as their parents hold them (an ``aitune.torch.Module`` is a proxy, which
+    ``nn.Module.modules()`` would step through, yielding the module it wraps)."""
     if torch is None or not isinstance(root, torch.nn.Module):
         return []
-    try:
-        return list(root.modules())
-    except Exception:  # noqa: BLE001 - a proxy or odd module: only itself
-        return [root]
+    found: dict[int, Any] = {}
+    stack = [root]
+    while stack and len(found) < _MAX_MODULES:
+        module = stack.pop()
+        if id(module) in found:
+            continue
+        found[id(module)] = module
+        children = getattr(module, "_modules", None)
+        if isinstance(children, dict):
+            stack.extend(reversed([child for child in children.values() if child is not None]))
+    return list(found.values())
 
 
 def _kind(obj: Any) -> str:

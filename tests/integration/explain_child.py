@@ -16,6 +16,7 @@ Needs tests/fixtures/tensorrt_stub on PYTHONPATH.
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any
 
 from child_kit import block_aitune_fast, quick_strategy, report, tiny_llm
@@ -23,8 +24,12 @@ from child_kit import block_aitune_fast, quick_strategy, report, tiny_llm
 
 def pair_module(torch) -> Any:
     class Pair(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(3))  # JIT tuning passes over modules without parameters
+
         def forward(self, x, y=None, mode="a"):
-            out = x * 2.0
+            out = x * self.scale
             return out + y.sum() if y is not None else out
 
     return Pair().eval()
@@ -39,6 +44,18 @@ def tune_pair(ait, torch) -> Any:
 
     ait.tune(record, [{"x": torch.randn(3)}, {"x": torch.randn(3)}], batch_sizes=[1, 2], device="cpu")
     return m
+
+
+def tune_jit(ait, torch) -> Any:
+    """``Pair`` JIT-tuned (``patch_for_jit_tuning``): tuned once two calls of two batch sizes were seen."""
+    from hf_models_child import jit_setup
+
+    jit_setup(ait)
+    model = ait.patch_for_jit_tuning(lambda: pair_module(torch))()
+    for batch in (1, 2, 1):
+        x = torch.randn(batch, 3)
+        model(x, y=x, mode="a")
+    return model
 
 
 def llm_sample(torch, layers: int = 1) -> dict:
@@ -122,6 +139,21 @@ def main(mode: str, workdir: str) -> dict:
                 calls[str(switch)] = raised(module, args, kwargs)
             aitune_fast.configure(explain_misses=False)
     out["inner"] = explain(pair.module, torch.randn(2, 3), mode="b").to_dict()  # AITune's TunedModule itself
+    MODULE_REGISTRY.clear()
+    jit = tune_jit(ait, torch)
+    out["jit"] = {
+        "hit": explain(jit, torch.randn(2, 3), y=torch.randn(2, 3), mode="a").to_dict(),
+        "miss": explain(jit, torch.randn(2, 3, 1), y=torch.randn(2, 3), mode="a").to_dict(),
+    }
+    # objects holding tuned modules: a pipeline-like object, a model with them as submodules; the call is for `pair`
+    # (the only one whose forward binds it)
+    x = torch.randn(2, 3)
+    holders = {"pipeline": types.SimpleNamespace(first=llm, second=pair), "model": torch.nn.ModuleList([llm, pair])}
+    out["held"] = {name: explain(holder, x, y=x, mode="a").to_dict() for name, holder in holders.items()}
+    try:
+        explain(holders["model"], **scenarios(torch, pair, llm)["phase"][2], mode="a")
+    except ValueError as exc:  # binds neither, so both are named
+        out["held_ambiguous"] = str(exc)
     return out
 
 

@@ -109,3 +109,20 @@ def test_a_miss_carries_the_note_only_when_switched_on_under_the_patch(runs, nam
         assert stock[switch]["message"] == patched[switch]["message"] == message
     assert stock["False"]["notes"] == stock["True"]["notes"] == patched["False"]["notes"] == []
     assert patched["True"]["notes"] == [runs["patched"]["texts"][name][0]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_object_holding_tuned_modules_explains_the_one_the_call_binds(runs, mode):
+    held = runs[mode]["held"]
+    assert held["pipeline"] == held["model"] == runs[mode]["reports"]["hit"]
+    assert runs[mode]["held_ambiguous"] == (
+        "a torch.nn.modules.container.ModuleList holds several tuned modules ('tiny-llm', 'pair') that this call "
+        "could be for: pass one"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_jit_tuned_model_is_explained(runs, mode):
+    jit = runs[mode]["jit"]
+    assert jit["hit"]["found"] and jit["hit"]["module"] == jit["miss"]["module"]
+    assert not jit["miss"]["found"] and kinds(jit["miss"]) == [("rank", "x", True)]
