@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import aitune_fast
@@ -72,3 +74,13 @@ def test_a_report_that_cannot_be_made_becomes_a_note(switch, monkeypatch):
     _explain.note_miss(object(), (), {}, miss)
     _explain.note_miss(object(), (), {}, miss)  # an outer call: no second note
     assert miss.__notes__ == ["aitune_fast.explain could not explain this miss: ValueError: boom"]
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("0", False), (None, False)])
+def test_the_environment_sets_the_switch_at_import(value, on):
+    env = {key: item for key, item in os.environ.items() if key != "AITUNE_FAST_EXPLAIN"}
+    if value is not None:
+        env["AITUNE_FAST_EXPLAIN"] = value
+    code = "import aitune_fast; print(aitune_fast.config.explain_misses)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.strip() == str(on), done.stderr[-2000:]
