@@ -13,6 +13,7 @@ import tracemalloc
 import zipfile
 from pathlib import Path
 
+import aitune_fast
 import pytest
 import torch
 from aitune_fast import _inspect
@@ -195,3 +196,18 @@ def test_the_cli_reads_a_checkpoint_and_prints_json(tmp_path):
     done = inspect_cli(path, "--json")
     assert done.returncode == 0, done.stderr
     assert '"name": "m"' in done.stdout and "TorchEagerBackend(autocast_enabled=False)" in done.stdout
+
+
+def test_a_large_checkpoint_gets_a_progress_line(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "plain.pt"
+    torch.save(tuned_state(aitune_fast.SampleMetadata.from_inputs({"x": torch.ones(2)}).to_dict()), path)
+    _inspect.read_checkpoint(path)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(_inspect, "PROGRESS_BYTES", 1)
+    _inspect.read_checkpoint(path)
+    assert capsys.readouterr().err.startswith("aitune_fast inspect: reading plain.pt (")
+
+
+def test_an_unknown_level_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="level must be one of"):
+        _inspect.inspect_checkpoint(tmp_path, "loud")
