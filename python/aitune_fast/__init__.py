@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 import torch
 
 from aitune_fast import _core
-from aitune_fast._config import config
+from aitune_fast._config import config, configure
 from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, TensorSpec
 from aitune_fast._enums import InfoLevel, ObjectType
 from aitune_fast._errors import MetadataDecodeError
+from aitune_fast._explain import Difference, DispatchReport, GraphReport, explain
 from aitune_fast._helpers import batch_tensor
 from aitune_fast._safe_enums import add_safe_enums, get_safe_enums, remove_safe_enums
 from aitune_fast._version import __version__ as __version__  # written once, in Cargo.toml
@@ -101,7 +102,10 @@ def safe_globals() -> list[_SafeGlobal]:
 
 __all__ = [
     "BATCH_SIZE_KEY",
+    "Difference",
+    "DispatchReport",
     "ExactSampleMetadata",
+    "GraphReport",
     "InfoLevel",
     "Locator",
     "MetadataDecodeError",
@@ -112,6 +116,8 @@ __all__ = [
     "add_safe_enums",
     "batch_tensor",
     "config",
+    "configure",
+    "explain",
     "get_safe_enums",
     "global_context",
     "is_aitune_patched",

@@ -47,6 +47,7 @@ from aitune_fast._core import (
     _NameGuard,
     _TunedCallPart,
 )
+from aitune_fast._explain import note_miss
 from aitune_fast.patch import _names
 from aitune_fast.patch._objects import live_instances
 from aitune_fast.patch._quiescence import attr
@@ -247,7 +248,11 @@ def _swap_live_forwards(module_cls: type, to_fast: bool) -> None:
 def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """``Module._forward``: the tuned (or recording, passthrough) wrapper called with the wrapped module's own
     ``forward`` and no hooks in place, both put back afterwards (:meth:`_core._CallPath.forward`)."""
-    return _NATIVE.forward(self, args, kwargs)
+    try:
+        return _NATIVE.forward(self, args, kwargs)
+    except RuntimeError as error:  # a miss gets explain()'s note where configure(explain_misses=True)
+        note_miss(self, args, kwargs, error)
+        raise
 
 
 def install_jit_swap(jit_module: Any) -> None:
@@ -340,7 +345,11 @@ def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``TunedModule.__call__``: bind, then in a new AITune context naming the module, the backend function
     (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``; any other
     function as it is): :meth:`_core._CallPath.call`."""
-    return _NATIVE.call(self, args, kwargs)
+    try:
+        return _NATIVE.call(self, args, kwargs)
+    except RuntimeError as error:  # a miss gets explain()'s note where configure(explain_misses=True)
+        note_miss(self, args, kwargs, error)
+        raise
 
 
 def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
