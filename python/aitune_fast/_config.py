@@ -19,7 +19,7 @@ class Config:
             Defaults to the ``AITUNE_TRANSFORMERS_INTEGRATION`` environment variable, else on.
         explain_misses: under ``patch_aitune()``, a tuned call that finds no backend raises AITune's error with
             ``aitune_fast.explain``'s report added as an exception note. Defaults to the ``AITUNE_FAST_EXPLAIN``
-            environment variable, else off; :func:`configure` sets it.
+            environment variable, else off; ``configure()`` sets it.
     """
 
     def __init__(self) -> None:

@@ -1,9 +1,9 @@
-"""Why a call of a tuned AITune module would, or would not, find a backend: :func:`explain`.
+"""Why a call of a tuned AITune module would, or would not, find a backend: ``explain()``.
 
 A tuned ``aitune.torch.Module`` serves a call with the backend whose key (the ``SampleMetadata`` of a graph seen
 during tuning) equals the call's metadata. When none does, AITune raises ``RuntimeError: No backend found for a
-graph with metadata: Tensors: ...``, naming the call's tensors only. :func:`explain` builds the call's metadata as
-the tuned call builds it and compares it with every graph, without calling a backend. :func:`note_miss` adds the
+graph with metadata: Tensors: ...``, naming the call's tensors only. ``explain()`` builds the call's metadata as
+the tuned call builds it and compares it with every graph, without calling a backend. ``note_miss()`` adds the
 same report to that error as an exception note, when ``aitune_fast.configure(explain_misses=True)`` is on.
 
 It works on a stock AITune and under ``aitune_fast.patch_aitune()``: it reads the tuned module the way AITune's own
@@ -128,7 +128,7 @@ class GraphReport:
 
 @dataclasses.dataclass(frozen=True)
 class DispatchReport:
-    """What :func:`explain` found: whether the call would find a backend, and how it differs from each graph.
+    """What ``explain()`` found: whether the call would find a backend, and how it differs from each graph.
 
     ``str()`` gives a short text (the first difference per graph), ``describe(level)`` more, ``to_dict()`` the same
     as plain data.
@@ -255,7 +255,7 @@ def explain(module: Any, /, *args: Any, **kwargs: Any) -> DispatchReport:
     the module's forward signature binds it and its metadata built as the tuned call builds it (strict mode as the
     module's AITune config says). Works with a stock AITune and under ``aitune_fast.patch_aitune()``.
 
-    Returns a :class:`DispatchReport`: whether a backend would serve the call and which; otherwise the graphs,
+    Returns a ``DispatchReport``: whether a backend would serve the call and which; otherwise the graphs,
     nearest first, each with every difference (missing or extra tensor, rank, non-tensor value in strict mode, LLM
     phase) by its path, and, as warnings, dtypes and sizes outside the min/max seen during tuning, which dispatch
     does not check. Raises TypeError where `module` holds no tuned module, ValueError where it holds several that
@@ -266,7 +266,7 @@ def explain(module: Any, /, *args: Any, **kwargs: Any) -> DispatchReport:
 
 
 def note_miss(module: Any, args: tuple, kwargs: dict, error: BaseException) -> None:
-    """Add the :func:`explain` report to `error` as an exception note, where it is the "No backend found" error of
+    """Add the ``explain()`` report to `error` as an exception note, where it is the "No backend found" error of
     calling `module` (a tuned module or its ``aitune.torch.Module``) with these arguments and
     ``config.explain_misses`` is on. The message stays AITune's; nothing else changes. Never raises: a report that
     cannot be made becomes a note saying why."""

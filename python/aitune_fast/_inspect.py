@@ -316,7 +316,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> tuple[str, list[TunedEntry]
 
 def inspect_checkpoint(path: str | os.PathLike[str], level: str = "short") -> dict[str, Any]:
     """What the checkpoint at `path` serves, as plain data: ``{"checkpoint": ..., "modules": [...]}``, each
-    graph's metadata described at `level` (``short``, ``medium``, ``full``). Raises :class:`CheckpointError` for a
+    graph's metadata described at `level` (``short``, ``medium``, ``full``). Raises ``CheckpointError`` for a
     file it refuses or cannot read."""
     if level not in _LEVELS:
         raise ValueError(f"level must be one of {_LEVELS}, not {level!r}")
