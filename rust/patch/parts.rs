@@ -27,6 +27,8 @@ macro_rules! part {
 
         #[pymethods]
         impl $name {
+            // one keyword argument a field, as Python names them: a part is built in one call
+            #[allow(clippy::too_many_arguments)]
             #[new]
             #[pyo3(signature = (*, $($field),*))]
             fn py_new($($field: Py<$ty>),*) -> Self {
