@@ -19,11 +19,14 @@ enabled:
 * ``Backend.infer``: one function doing what the three decorators and the body do, in the same order, with the
   nvtx ``annotate`` objects kept per message (when ``nvtx.annotate`` is nvtx's own class).
 
-The steps run as one native call per tuned call (``_core._CallPath``, ``rust/api/call_path.rs``), which calls the
+The steps run as one native call per tuned call (``_core._CallPath``, ``rust/patch/call_path.rs``), which calls the
 Python steps here (``_binder``, ``_describe``) where a decision or a cache is needed.
 
-Anything unexpected (a subclass overriding a method the fast path inlines, a replaced bound method, a wrapped
-module with its own ``__setattr__``) takes stock's code for that step. Installing and removing are one attribute
+Each part of the native path is learnt whole (``learn_*``, ``_core`` parts) and kept on the patched period's state. A
+step done in place of stock's code runs only while its guard says that code is still the library's own and unchanged
+(``_core._ClassGuard``: the class's version tag; ``_core._NameGuard``: a module's names). Anything unexpected (a
+wrapper put on such a method before or after the patch, a subclass overriding a method the fast path inlines, a
+replaced bound method, a wrapped module with its own ``__setattr__``) takes stock's code for that step. Installing and removing are one attribute
 store per object, so calls running in other threads finish on whichever path they started.
 """
 
