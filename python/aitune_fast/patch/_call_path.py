@@ -26,8 +26,9 @@ Each part of the native path is learnt whole (``learn_*``, ``_core`` parts) and 
 step done in place of stock's code runs only while its guard says that code is still the library's own and unchanged
 (``_core._ClassGuard``: the class's version tag; ``_core._NameGuard``: a module's names). Anything unexpected (a
 wrapper put on such a method before or after the patch, a subclass overriding a method the fast path inlines, a
-replaced bound method, a wrapped module with its own ``__setattr__``) takes stock's code for that step. Installing and removing are one attribute
-store per object, so calls running in other threads finish on whichever path they started.
+replaced bound method, a wrapped module with its own ``__setattr__``) takes stock's code for that step. Installing
+and removing are one attribute store per object, so calls running in other threads finish on whichever path they
+started.
 """
 
 from __future__ import annotations
