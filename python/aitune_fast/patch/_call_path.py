@@ -575,7 +575,7 @@ def _describe(backend: Any) -> str:
     return description
 
 
-_CONFIG_OVERRIDABLE = ("describe", "_default_describe_fields", "_get_changed_fields")  # what describe() calls on it
+_CONFIG_OVERRIDABLE = _CONFIG_FUNCTIONS[:3]  # what describe() calls on the config (not __post_init__)
 
 
 def _overridden(config: Any) -> bool:
