@@ -12,9 +12,11 @@
 # N: calls counted (default 1000, after 200 uncounted ones). TOP: also list the TOP functions by own cost.
 # KEEP=FILE keeps callgrind's output for callgrind_annotate (--inclusive=yes, --tree=caller, ...).
 #
-# Counting is on while Python runs inside functools.reduce (the harness's loop, run.py). A make() that itself
-# calls code using reduce (AITune's tuning does) adds that to the count: keep such setup out, or subtract a run
-# with N=0 (the setup's share) from one with N.
+# Counting is on while Python runs inside functools.reduce (the harness's loop, run.py), and only after the case's
+# set-up and warm-up: valgrind starts with instrumentation off (the set-up runs several times faster) and
+# callgrind_control switches it on when run.py says it is ready. GATE=0 instruments from the start (as before
+# 2026-12-07): then a make() that itself calls code using reduce (AITune's tuning does) adds that to the count,
+# and a run with N=0 must be subtracted.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -25,11 +27,28 @@ py="${PYTHON:-$root/.venv/bin/python}"
 command -v valgrind >/dev/null || { echo "count.sh: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
 out="${KEEP:-$(mktemp /tmp/callgrind.XXXXXX)}"
 err="$(mktemp /tmp/callgrind_err.XXXXXX)"
-if ! valgrind --tool=callgrind --toggle-collect=functools_reduce --callgrind-out-file="$out" \
-    "$py" "$here/run.py" "$case_file" "$n" >/dev/null 2>"$err"; then
+gate_args=()
+gate=""
+if [ "${GATE:-1}" != 0 ]; then
+    gate="$(mktemp -u /tmp/callgrind_gate.XXXXXX)"
+    gate_args=(--instr-atstart=no)
+fi
+CALLGRIND_GATE="$gate" valgrind --tool=callgrind "${gate_args[@]}" --toggle-collect=functools_reduce \
+    --callgrind-out-file="$out" "$py" "$here/run.py" "$case_file" "$n" >/dev/null 2>"$err" &
+vg=$!
+if [ -n "$gate" ]; then
+    while [ ! -f "$gate.ready" ] && kill -0 "$vg" 2>/dev/null; do sleep 0.2; done
+    if [ -f "$gate.ready" ]; then
+        callgrind_control -i on "$(cat "$gate.ready")" >/dev/null
+        touch "$gate.go"
+    fi
+fi
+if ! wait "$vg"; then
     tail -20 "$err" >&2
+    rm -f "$gate.ready" "$gate.go"
     exit 1
 fi
+rm -f "$gate.ready" "$gate.go"
 total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
 if [ "$n" -gt 0 ]; then
     echo "instructions per call: $((total / n))  (total $total, N=$n)"
