@@ -40,6 +40,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<metadata::ExactSampleMetadata>()?;
     m.add_class::<patch::CallPath>()?;
     m.add_class::<patch::BindPlan>()?;
+    m.add_class::<patch::BindCache>()?;
+    m.add_class::<patch::DescribeCache>()?;
     m.add_class::<patch::ClassGuard>()?;
     m.add_class::<patch::NameGuard>()?;
     m.add_class::<patch::ContextPart>()?;

@@ -5,7 +5,7 @@ The public modules (`aitune_fast.sample_metadata`, `.locator`, `.tensor_spec`,
 """
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, final, overload
 
 import torch
@@ -25,6 +25,8 @@ __all__ = [
     "_still_running",
     "_CallPath",
     "_BindPlan",
+    "_BindCache",
+    "_DescribeCache",
     "_ClassGuard",
     "_NameGuard",
     "_ContextPart",
@@ -92,6 +94,26 @@ class _BindPlan:
         """The normalized ``(args, kwargs, arguments)`` of a call of this plan's shape."""
 
 @final
+class _BindCache:
+    """The plans of the call shapes that repeat, per forward signature (``aitune_fast.patch._call_path``): a shape's
+    first call binds as stock does, its second compiles it with `compile`."""
+
+    def __new__(
+        cls, *, signature_cls: type, guard: _ClassGuard, compile: Callable[[Any, int, tuple[str, ...]], Any]
+    ) -> Self: ...
+    def plan(self, signature: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> _BindPlan | None:
+        """The plan of this call's shape, or None where stock's ``normalize`` must bind it."""
+
+@final
+class _DescribeCache:
+    """Backends' ``describe()`` results, kept where a description is a function of the backend's class, its config's
+    class and the config's field values; `decide(backend_cls, config_cls)` says where (``(guards, getter)``)."""
+
+    def __new__(cls, *, decide: Callable[[type, type], tuple[Any, Any]], immutable: frozenset[type]) -> Self: ...
+    def describe(self, backend: Any) -> Any:
+        """``backend.describe()``, kept where that is a function of the key."""
+
+@final
 class _ContextPart:
     """AITune's global context, pushed and popped in place of ``with global_context:`` and ``set``."""
 
@@ -146,7 +168,7 @@ class _TunedCallPart:
         tuned_cls: type,
         shim: Any,
         owner: Any,
-        binder: Any,
+        binder: _BindCache,
         stock_steps: Any,
         safe_call: Any,
         unique_call: Any,
@@ -158,7 +180,7 @@ class _TunedCallPart:
     @property
     def owner(self) -> Any: ...
     @property
-    def binder(self) -> Any: ...
+    def binder(self) -> _BindCache: ...
     @property
     def stock_steps(self) -> Any: ...
     @property
@@ -175,7 +197,7 @@ class _InferPart:
         *,
         shim: Any,
         stock: Any,
-        describe: Any,
+        describe: _DescribeCache,
         annotation: Any,
         nvtx_decorator: Any,
         nvtx_module: Any,
@@ -190,7 +212,7 @@ class _InferPart:
     @property
     def stock(self) -> Any: ...
     @property
-    def describe(self) -> Any: ...
+    def describe(self) -> _DescribeCache: ...
     @property
     def annotation(self) -> Any: ...
     @property

@@ -16,8 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
-use super::bind_plan::{BindPlan, BoundCall, Unbound};
-use super::guard::{ClassGuard, NameGuard};
+use super::bind_plan::{BoundCall, Unbound};
+use super::guard::{has_own, ClassGuard, NameGuard};
 use super::parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
 use crate::api::describe_inputs;
 use crate::interp::interp;
@@ -94,18 +94,6 @@ fn finally<T>(py: Python<'_>, body: PyResult<T>, undo: PyResult<()>) -> PyResult
             }
             Err(undo_err)
         }
-    }
-}
-
-/// Whether `name` is set on `obj` itself (its instance dict), hiding the class's attribute.
-fn has_own(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<bool> {
-    let py = obj.py();
-    match obj.getattr_opt(intern!(py, "__dict__"))? {
-        Some(namespace) => match namespace.cast::<PyDict>() {
-            Ok(dict) => dict.contains(name),
-            Err(_) => Ok(false),
-        },
-        None => Ok(false),
     }
 }
 
@@ -241,19 +229,19 @@ impl CallPath {
         let py = tuned.py();
         let steps = part(&self.tuned, "tuned call")?;
         let signature = tuned.getattr(intern!(py, "_forward_signature"))?;
-        let plan = steps.binder.bind(py).call1((signature, args, kwargs))?;
+        let plan = steps.binder.get().plan(&signature, args, kwargs)?;
         let stock = || steps.stock_steps.bind(py).call1((tuned, args, kwargs));
         let Some(context) = self.stock_context(py)? else {
             return stock();
         };
-        if plan.is_none() {
+        let Some(plan) = plan else {
             return stock();
-        }
+        };
         let BoundCall {
             args: call_args,
             kwargs: call_kwargs,
             arguments,
-        } = match plan.cast::<BindPlan>()?.get().bind(args, kwargs) {
+        } = match plan.get().bind(args, kwargs) {
             Ok(bound) => bound,
             // too little stack left for the plan's few levels: bound as stock binds, never refused
             Err(Unbound::Short) => return stock(),
@@ -407,7 +395,7 @@ impl CallPath {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = backend.py();
         let backend_key = context.backend_key.bind(py);
-        let description = steps.describe.bind(py).call1((backend,))?;
+        let description = steps.describe.get().describe(backend)?;
         top.set_item(backend_key, description)?;
         let decorator = steps.nvtx_decorator.bind(py);
         let mut message = formatted(&decorator.getattr(intern!(py, "name"))?)?;

@@ -11,10 +11,16 @@
 //! the tag moved (any attribute changed, or the tag was cleared), the guarded names are looked up
 //! again, without running descriptors, and compared by identity with what was learned; the new
 //! tag is kept only when they all still match.
+//!
+//! A module's names are checked the same way, by its dict's version (`ma_version_tag`), which
+//! CPython 3.10 to 3.13 set anew from one counter of the interpreter on every change of the dict
+//! (3.12 and 3.13 deprecate the field but still keep it so; 3.14 drops it: there the names are
+//! looked up on every call).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use pyo3::exceptions::PyAttributeError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
@@ -42,6 +48,36 @@ fn lookup_static<'py>(
         }
     }
     Ok(None)
+}
+
+/// The dict holding `obj`'s own attributes, as attribute lookup reads it; None where its class
+/// gives its objects none (`__slots__`, most builtins).
+pub fn instance_dict<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let py = obj.py();
+    // SAFETY: `obj` is live (a `Bound` keeps it), and this build is not the limited API, so
+    // `PyTypeObject` is the running interpreter's: `tp_dictoffset` is 0 exactly where the class's
+    // objects have no dict (it is -1 for a managed dict on 3.11+, an offset on 3.10).
+    if unsafe { (*obj.get_type().as_type_ptr()).tp_dictoffset } == 0 {
+        return Ok(None);
+    }
+    // SAFETY: as above; `PyObject_GenericGetDict` returns a new reference to the object's dict
+    // (made where the object had none yet, as `obj.__dict__` makes it), or NULL with an error set.
+    let dict = unsafe { ffi::PyObject_GenericGetDict(obj.as_ptr(), std::ptr::null_mut()) };
+    if dict.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `dict` is a new, non-null reference, owned from here on.
+    let dict = unsafe { Bound::from_owned_ptr(py, dict) };
+    Ok(dict.cast_into::<PyDict>().ok())
+}
+
+/// Whether `name` is set on `obj` itself (its instance dict), hiding its class's attribute: a step
+/// done in place of a method is not what a call of that object does.
+pub fn has_own(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<bool> {
+    match instance_dict(obj)? {
+        Some(dict) => dict.contains(name),
+        None => Ok(false),
+    }
 }
 
 /// A class and the functions (or other attributes) it held under some names when a step was
@@ -138,11 +174,36 @@ impl ClassGuard {
     }
 }
 
+/// Whether the running interpreter keeps `ma_version_tag` as 3.10 to 3.13 do.
+fn dicts_versioned(py: Python<'_>) -> bool {
+    py.version_info() < (3, 14)
+}
+
+/// The version of `dict` now, where `versioned` (else 0: none known, the names looked up).
+fn dict_version(dict: &Bound<'_, PyDict>, versioned: bool) -> u64 {
+    if !versioned {
+        return 0;
+    }
+    // SAFETY: `dict` is a live dict (a `Bound` keeps it; a subclass's object begins with
+    // `PyDictObject`), this build is not the limited API, the running interpreter is 3.10-3.13
+    // (`versioned`), whose `PyDictObject` has `ma_version_tag` where pyo3's declaration puts it,
+    // and that plain integer is written only while the GIL is held, which we hold.
+    #[allow(deprecated)]
+    unsafe {
+        (*dict.as_ptr().cast::<ffi::PyDictObject>()).ma_version_tag
+    }
+}
+
 /// A module's namespace and the objects it named under some names when a step was learned:
-/// [`NameGuard::holds`] tells whether it names the same ones now (a dict lookup per name).
+/// [`NameGuard::holds`] tells whether it names the same ones now (one integer compared while the
+/// dict is unchanged, else a dict lookup per name).
 #[pyclass(module = "aitune_fast._core", name = "_NameGuard", frozen)]
 pub struct NameGuard {
     namespace: Py<PyDict>,
+    /// The dict's version when the names were last found unchanged (0: never).
+    version: AtomicU64,
+    /// The interpreter keeps dict versions (`dicts_versioned`).
+    versioned: bool,
     expected: Vec<(Py<PyString>, Py<PyAny>)>,
 }
 
@@ -161,6 +222,8 @@ impl NameGuard {
         }
         Ok(Self {
             namespace: namespace.clone().unbind(),
+            version: AtomicU64::new(0),
+            versioned: dicts_versioned(namespace.py()),
             expected,
         })
     }
@@ -182,15 +245,31 @@ impl NameGuard {
 }
 
 impl NameGuard {
-    /// Whether the namespace names the same objects now.
+    /// Whether the namespace names the same objects now: one integer compared while the dict is
+    /// unchanged.
     #[inline]
     pub fn holds(&self, py: Python<'_>) -> PyResult<bool> {
         let namespace = self.namespace.bind(py);
+        let now = dict_version(namespace, self.versioned);
+        if now != 0 && now == self.version.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        self.recheck(namespace, now)
+    }
+
+    /// The names looked up again and compared; the version kept when all match.
+    #[cold]
+    fn recheck(&self, namespace: &Bound<'_, PyDict>, now: u64) -> PyResult<bool> {
+        let py = namespace.py();
         for (name, expected) in &self.expected {
             match namespace.get_item(name.bind(py))? {
                 Some(value) if value.is(expected.bind(py)) => {}
                 _ => return Ok(false),
             }
+        }
+        // kept only where the lookups changed nothing (a key's own `__eq__` may run code)
+        if dict_version(namespace, self.versioned) == now {
+            self.version.store(now, Ordering::Relaxed);
         }
         Ok(true)
     }

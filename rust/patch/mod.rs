@@ -2,18 +2,21 @@
 //! on every tuned call under `patch_aitune()` and the scans the switch makes.
 //! - `call_path.rs`: `_CallPath`, a tuned call in one native call (`_call_path.py` builds it);
 //! - `bind_plan.rs`: `_BindPlan`, a call shape's binding, kept;
+//! - `caches.rs`: `_BindCache` and `_DescribeCache`, the path's caches (Python called on a miss);
 //! - `guard.rs`: `_ClassGuard` and `_NameGuard`, whether a class (a module) still holds the code a
 //!   step does in its place;
 //! - `parts.rs`: the parts a `_CallPath` is built from, one per stock step it does in place;
 //! - `live.rs`: the switch's scans of live objects and frames (`_objects.py`, `_quiescence.py`).
 
 mod bind_plan;
+mod caches;
 mod call_path;
 mod guard;
 mod live;
 mod parts;
 
 pub use bind_plan::BindPlan;
+pub use caches::{BindCache, DescribeCache};
 pub use call_path::CallPath;
 pub use guard::{ClassGuard, NameGuard};
 pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};

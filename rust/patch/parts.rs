@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
+use super::caches::{BindCache, DescribeCache};
 use super::guard::ClassGuard;
 
 /// Declares a part: its fields (each a `Py` of the given type, readable from Python), a
@@ -87,8 +88,8 @@ part! {
         shim: PyAny,
         /// `aitune.torch.module.tuned_module`, whose `SampleMetadata` the lookup uses
         owner: PyAny,
-        /// `_call_path._binder`: a call shape's `_BindPlan`, or None
-        binder: PyAny,
+        /// the plans of the call shapes that repeat
+        binder: BindCache,
         /// `__call__` step by step as stock runs it
         stock_steps: PyAny,
         /// `TunedModule.safe_call_backend` where AITune's own (else an object no function is)
@@ -105,8 +106,8 @@ part! {
         shim: PyAny,
         /// stock's `Backend.infer` (its decorator chain)
         stock: PyAny,
-        /// `_call_path._describe`: `backend.describe()`, kept where that is a function of its key
-        describe: PyAny,
+        /// `backend.describe()`, kept where that is a function of its key
+        describe: DescribeCache,
         /// `_call_path._annotation`: the nvtx object for a message not in `annotations`
         annotation: PyAny,
         /// the chain's `annotate_with_nvtx` object

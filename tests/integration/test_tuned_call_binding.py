@@ -119,16 +119,19 @@ def test_keyword_names_are_quoted_not_evaluated(signature_of):
     assert type(binder) is _core._BindPlan  # names are only ever dict keys: nothing is compiled from text
 
 
-def test_a_shape_is_compiled_when_it_repeats_not_on_its_first_call(signature_of, monkeypatch):
+def test_a_shape_is_compiled_when_it_repeats_not_on_its_first_call(signature_of):
     """A call shape's first call binds as stock does (no binder): compiling costs more than one stock bind, so calls
     whose keyword names are new every time would be slower than stock's. Its second call compiles it."""
     signature = signature_of(f_varkw)
-    monkeypatch.setattr(_call_path._refs, "normalize", type(signature).normalize)
+    cls = type(signature)
+    cache = _core._BindCache(
+        signature_cls=cls, guard=_core._ClassGuard(cls, ("normalize",)), compile=_call_path.compile_binder
+    )
     args, kwargs = (1,), {"mask": 2}
-    assert _call_path._binder(signature, args, kwargs) is None  # first call: stock's bind
-    binder = _call_path._binder(signature, args, kwargs)
-    assert binder is not None and _call_path._binder(signature, args, kwargs) is binder
-    assert _call_path._binder(signature, args, {"other": 3}) is None  # a new shape: stock's bind again
+    assert cache.plan(signature, args, kwargs) is None  # first call: stock's bind
+    binder = cache.plan(signature, args, kwargs)
+    assert binder is not None and cache.plan(signature, args, kwargs) is binder
+    assert cache.plan(signature, args, {"other": 3}) is None  # a new shape: stock's bind again
 
 
 _KINDS = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY", "VAR_KEYWORD")

@@ -312,9 +312,10 @@ def describe_kept():
         "inductor_jit": TorchInductorJitBackend(),
         "counting": TorchInductorJitBackend(CountingConfig()),
     }.items():
-        descriptions = [_call_path._describe(backend) for _ in range(3)]
-        decided = _call_path._describable[(type(backend), type(backend._config))]
-        kept[name] = [decided[1] is not None, set(descriptions) == {backend.describe()}]
+        cache = _call_path.learn_describe_cache()
+        descriptions = [cache.describe(backend) for _ in range(3)]
+        getter = _call_path._decide(type(backend), type(backend._config))[1]
+        kept[name] = [getter is not None, set(descriptions) == {backend.describe()}]
     kept["counting_made"] = len(made)  # 1 (the config) + 1 per describe() run: 3 runs + the check above = 5
     return kept
 

@@ -19,8 +19,9 @@ enabled:
 * ``Backend.infer``: one function doing what the three decorators and the body do, in the same order, with the
   nvtx ``annotate`` objects kept per message (when ``nvtx.annotate`` is nvtx's own class).
 
-The steps run as one native call per tuned call (``_core._CallPath``, ``rust/patch/call_path.rs``), which calls the
-Python steps here (``_binder``, ``_describe``) where a decision or a cache is needed.
+The steps run as one native call per tuned call (``_core._CallPath``, ``rust/patch/call_path.rs``). Its caches, the
+call shapes' plans (``_core._BindCache``) and backends' descriptions (``_core._DescribeCache``), are looked up in the
+core and call back here only on a miss (:func:`compile_binder`, :func:`_decide`).
 
 Each part of the native path is learnt whole (``learn_*``, ``_core`` parts) and kept on the patched period's state. A
 step done in place of stock's code runs only while its guard says that code is still the library's own and unchanged
@@ -40,10 +41,12 @@ from collections import OrderedDict
 from typing import Any, cast
 
 from aitune_fast._core import (
+    _BindCache,
     _BindPlan,
     _CallPath,
     _ClassGuard,
     _ContextPart,
+    _DescribeCache,
     _EagerPart,
     _ForwardPart,
     _InferPart,
@@ -69,8 +72,6 @@ __all__ = [
     "learn_eager_infer",
 ]
 
-_MAX_SHAPES = 64  # call shapes kept per forward signature
-_MAX_SIGNATURES = 1024  # forward signatures with kept shapes
 _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
 
 
@@ -78,8 +79,7 @@ class _Refs:
     """AITune's objects the Python steps of the path use (the native path's are in its parts), looked up when
     their modules load."""
 
-    normalize: Any = None  # stock's ForwardSignature.normalize: the binder compiles only calls of it
-    eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() _describe may keep
+    eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() the cache may keep
     config_functions: Any = None  # BackendConfig's own functions of _CONFIG_FUNCTIONS, as AITune defines them
     jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
     jit_restore: Any = None  # stock's PatchedModule._restore_original_forward
@@ -328,6 +328,9 @@ def install_tuned_call(tuned_module: Any) -> None:
         return
     if not _aitunes_own(attr(tuned_cls, "__call__"), tuned_module, "TunedModule.__call__"):
         return  # a wrapper put on it before the patch: stock's call runs it
+    binder = learn_bind_cache(signature_module)
+    if binder is None:
+        return  # ForwardSignature.normalize wrapped or replaced before the patch: stock's call binds with it
     # each step the fast call takes in place of safe_call/unique_call runs only while the function is AITune's own: a
     # wrapper put on it before the patch keeps running (_NOT_AITUNES never matches what a call finds)
     _into_native(
@@ -335,13 +338,12 @@ def install_tuned_call(tuned_module: Any) -> None:
             tuned_cls=tuned_cls,
             shim=_tuned_call,
             owner=tuned_module,
-            binder=_binder,
+            binder=binder,
             stock_steps=_call_stock_steps,
             safe_call=_own(tuned_cls, "safe_call_backend", tuned_module, "TunedModule"),
             unique_call=_own(tuned_cls, "call_unique_backend", tuned_module, "TunedModule"),
         )
     )
-    _refs.normalize = _own(signature_module.ForwardSignature, "normalize", signature_module, "ForwardSignature")
     REGISTRY.replace_function(Layer.CALL_PATH, tuned_cls, "__call__", _tuned_call)
 
 
@@ -367,18 +369,6 @@ def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
         return tuned._backend_func(sample)
 
 
-_MISSING = object()
-
-
-def _has_own(obj: Any, name: str) -> bool:
-    """Whether `name` is set on `obj` itself (its instance dict), where it hides the class's attribute."""
-    namespace = getattr(obj, "__dict__", None)
-    return isinstance(namespace, dict) and name in namespace
-
-
-_IMMUTABLE = frozenset((type(None), bool, int, float, str))  # with torch.dtype, added when torch is seen
-
-
 # ---------------------------------------------------------------------------------------------- binding
 
 
@@ -392,37 +382,18 @@ class _Slot:
         self.source = source
 
 
-# id(signature) -> (it, shape -> plan (a _BindPlan), None (the shape does not bind) or _SEEN_ONCE)
-_binders: dict[int, tuple[Any, dict[tuple, Any]]] = {}
-_SEEN_ONCE = object()  # a shape called once: it binds as stock does, and is compiled when it comes again
-
-
-def _binder(signature: Any, args: tuple, kwargs: dict) -> Any:
-    """The plan (``_BindPlan``) of this call's shape, or None where stock's ``normalize`` must run: a shape's first call
-    (compiling costs more than a stock bind, so only shapes that repeat are compiled: calls whose keyword names are
-    new every time are never slower than stock's), a shape that does not bind, a ``normalize`` that is not stock's."""
-    if getattr(type(signature), "normalize", None) is not _refs.normalize or _has_own(signature, "normalize"):
+def learn_bind_cache(signature_module: Any) -> _BindCache | None:
+    """The plans of the call shapes that repeat (``_core._BindCache``): a shape's first call binds as stock does
+    (compiling costs more than a stock bind, so calls whose keyword names are new every time are never slower than
+    stock's), its second compiles it (:func:`compile_binder`). Used while ``ForwardSignature`` holds AITune's own
+    ``normalize``; None where it does not now."""
+    signature_cls = getattr(signature_module, "ForwardSignature", None)
+    if not isinstance(signature_cls, type):
         return None
-    entry = _binders.get(id(signature))
-    if entry is None or entry[0] is not signature:
-        if len(_binders) >= _MAX_SIGNATURES:
-            _binders.clear()
-        entry = _binders[id(signature)] = (signature, {})
-    shapes = entry[1]
-    shape = (len(args), *kwargs)
-    binder = shapes.get(shape, _MISSING)
-    if binder is _SEEN_ONCE:
-        try:
-            binder = compile_binder(signature, len(args), tuple(kwargs))
-        except RecursionError:  # too little stack on this thread to compile: stock binds, a later call compiles
-            return None
-        shapes[shape] = binder
-    elif binder is _MISSING:
-        if len(shapes) >= _MAX_SHAPES:
-            shapes.clear()
-        shapes[shape] = _SEEN_ONCE
+    if not _aitunes_own(attr(signature_cls, "normalize"), signature_module, "ForwardSignature.normalize"):
         return None
-    return binder
+    guard = _ClassGuard(signature_cls, ("normalize",))
+    return _BindCache(signature_cls=signature_cls, guard=guard, compile=compile_binder)
 
 
 def compile_binder(signature: Any, n_args: int, names: tuple) -> _BindPlan | None:
@@ -483,7 +454,7 @@ def learn_infer(backend_module: Any) -> _InferPart | None:
     return _InferPart(
         shim=_infer,
         stock=infer,
-        describe=_describe,
+        describe=learn_describe_cache(),
         annotation=_annotation,
         nvtx_decorator=nvtx_decorator,
         nvtx_module=nvtx_module,
@@ -519,84 +490,37 @@ def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------------- describe()
 
-_MAX_DESCRIPTIONS = 4096  # backend descriptions kept, by backend class, config class and config values
-_descriptions: dict[tuple, str] = {}
-# (backend class, config class) -> (the functions a description depends on, as found when it was decided: _watched(),
-# None where one is missing; the field getter, None: describe() runs every call). A decision, to keep or not, stands
-# while those functions are the ones the classes hold (a monkeypatch or mock.patch.object of any of them, or putting
-# the stock one back, makes it decide again).
-_describable: dict[tuple[type, type], tuple[tuple | None, Any]] = {}
 _CONFIG_FUNCTIONS = ("describe", "_get_changed_fields", "_default_describe_fields", "__post_init__")
+_CONFIG_DESCRIBE = _CONFIG_FUNCTIONS[:3]  # what describe() calls on the config (not __post_init__)
 
 
-def _describe(backend: Any) -> str:
-    """``backend.describe()``, kept by (backend class, config class, config field values and their types: ``True``,
-    ``1`` and ``1.0`` are equal keys but print apart) where that is all it reads: the backend's ``describe`` is
-    ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain
-    dataclass whose ``describe()`` is ``BackendConfig``'s (a fresh default instance compared field by field),
-    with no ``__post_init__`` and field values of immutable types. The decision is made again when any of the
-    functions it inspected is replaced on its class (:func:`_watched`)."""
-    config = getattr(backend, "_config", None)
-    kind = (type(backend), type(config))
-    if _has_own(backend, "describe") or _overridden(config):  # set on the object itself: not what its class says
-        return backend.describe()
-    decided = _describable.get(kind)
-    watched = decided[0] if decided is not None else None
-    backend_cls: Any = kind[0]
-    config_cls: Any = kind[1]
-    try:  # the functions a kept description depends on (_watched) still in place: attribute loads, no call
-        unchanged = watched is None or (
-            backend_cls.describe is watched[0]
-            and config_cls.describe is watched[1]
-            and config_cls._get_changed_fields is watched[2]
-            and config_cls._default_describe_fields is watched[3]
-        )
-    except AttributeError:
-        unchanged = False
-    if decided is None or not unchanged:
-        if decided is not None:  # a function replaced: what was kept under it goes
-            _descriptions.clear()
-        getter = _field_getter(*kind)
-        watched = _watched(*kind)  # also where it is not kept: a decision made under a replaced function is made again
-        decided = _describable[kind] = (watched, getter if watched is not None else None)
-    getter = decided[1]
-    if getter is None:
-        return backend.describe()
-    values = getter(config)
-    value_types = tuple(map(type, values))
-    if not _IMMUTABLE.issuperset(value_types):
-        return backend.describe()
-    key = (kind, value_types, _signed_zeros(values) if float in value_types else values)
-    description = _descriptions.get(key)
-    if description is None:
-        if len(_descriptions) >= _MAX_DESCRIPTIONS:
-            _descriptions.clear()
-        description = _descriptions[key] = backend.describe()
-    return description
+def learn_describe_cache() -> _DescribeCache:
+    """``backend.describe()``, kept (``_core._DescribeCache``) by (backend class, config class, config field values and
+    their types) where that is all it reads: :func:`_decide` says where. Values of these types only: ``None``, bool,
+    int, float, str and ``torch.dtype``."""
+    immutable: set[type] = {type(None), bool, int, float, str}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        immutable.add(torch.dtype)
+    return _DescribeCache(decide=_decide, immutable=frozenset(immutable))
 
 
-_CONFIG_OVERRIDABLE = _CONFIG_FUNCTIONS[:3]  # what describe() calls on the config (not __post_init__)
+def _decide(backend_cls: Any, config_cls: Any) -> tuple[tuple | None, Any]:
+    """Whether descriptions of this pair of classes may be kept: ``(guards, getter)``. ``getter`` gives a config's
+    field values (None: ``describe()`` runs every call); it is one where the backend's ``describe`` is
+    ``f"{cls.__name__}({self._config.describe()})"`` and its config a plain dataclass whose ``describe()`` is
+    ``BackendConfig``'s (a fresh default instance compared field by field), with no ``__post_init__`` but a checking
+    one of AITune's and no field made by a factory. ``guards`` (``_core._ClassGuard``s) watch the functions this read,
+    the backend's ``describe`` and the config's three: the decision is made again, and what was kept dropped, when one
+    is replaced. None where one is missing: the decision stands (``describe()`` runs every call).
 
-
-def _overridden(config: Any) -> bool:
-    """Whether `config` has one of the functions its description calls set on itself, hiding its class's."""
-    namespace = getattr(config, "__dict__", None)
-    return type(namespace) is dict and not namespace.keys().isdisjoint(_CONFIG_OVERRIDABLE)
-
-
-def _watched(backend_cls: Any, config_cls: Any) -> tuple | None:
-    """The functions a kept description depends on, as the classes hold them now (None where one is gone): the
-    backend's ``describe`` and the config's three. Not ``__post_init__``: a dataclass's ``__init__`` calls the one its
-    class had when it was made, so one set later changes nothing (and one there then is not kept: _field_getter)."""
+    Not ``__post_init__``: a dataclass's ``__init__`` calls the one its class had when it was made, so one set later
+    changes nothing (and one there then is not kept: :func:`_field_getter`)."""
     try:
-        return (
-            backend_cls.describe,
-            config_cls.describe,
-            config_cls._get_changed_fields,
-            config_cls._default_describe_fields,
-        )
+        guards = (_ClassGuard(backend_cls, ("describe",)), _ClassGuard(config_cls, _CONFIG_DESCRIBE))
     except AttributeError:
-        return None
+        return None, None
+    return guards, _field_getter(backend_cls, config_cls)
 
 
 # AITune 0.6.0's config __post_init__s that only check field values, and pass on the default config (which
@@ -629,7 +553,7 @@ def _signed_zeros(values: tuple) -> tuple:
 
 
 def _field_getter(backend_cls: type, config_cls: type) -> Any:
-    """A function giving the tuple of a config's field values, if `_describe` may keep descriptions of this pair of
+    """A function giving the tuple of a config's field values, if the cache may keep descriptions of this pair of
     classes; else None."""
     import dataclasses
     import operator
@@ -680,9 +604,7 @@ def learn_eager_infer(eager_module: Any) -> None:
         _refs.eager_describe = describe
         _refs.config_functions = config_functions
     if _aitunes_own(infer, eager_module, "TorchEagerBackend._infer"):
-        global _IMMUTABLE
         torch = sys.modules["torch"]
-        _IMMUTABLE = _IMMUTABLE | {torch.dtype}
         guards = _grad_guards(torch)
         eager = None
         if guards is not None:  # else torch.no_grad or what it calls is not torch's own: stock's _infer runs it
@@ -771,4 +693,5 @@ def call_steps() -> dict[str, Any]:
     (``Module._forward``: `self, wrapped, instance, args, kwargs`), ``call`` (``TunedModule.__call__``: `tuned, args,
     kwargs`), ``binder`` (`signature, args, kwargs` -> the plan (`_BindPlan`) of that call shape, or None) and
     ``infer_body`` (``Backend.infer``: `backend, args, kwargs`)."""
-    return {"forward": _forward, "call": _NATIVE.call, "binder": _binder, "infer_body": _NATIVE.infer}
+    tuned = state().call_path_parts["tuned"]
+    return {"forward": _forward, "call": _NATIVE.call, "binder": tuned.binder.plan, "infer_body": _NATIVE.infer}
