@@ -13,7 +13,7 @@
 
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::{BoundCall, Unbound};
@@ -107,6 +107,37 @@ fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(text.cast::<PyString>()?.to_str()?.to_owned())
 }
 
+/// `stack[-1]` (a list's own item read directly; else, or empty, as Python subscripts).
+fn last<'py>(stack: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match stack.cast_exact::<PyList>() {
+        Ok(list) if !list.is_empty() => list.get_item(list.len() - 1),
+        _ => stack.get_item(-1),
+    }
+}
+
+/// `value.copy()` (a dict's own copy made directly).
+fn copy<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match value.cast_exact::<PyDict>() {
+        Ok(dict) => Ok(dict.copy()?.into_any()),
+        Err(_) => {
+            let py = value.py();
+            value.call_method0(intern!(py, "copy"))
+        }
+    }
+}
+
+/// `stack.pop()`, its result dropped (a list's own last item deleted directly; else, or empty,
+/// its `pop` called).
+fn pop_last(stack: &Bound<'_, PyAny>) -> PyResult<()> {
+    match stack.cast_exact::<PyList>() {
+        Ok(list) if !list.is_empty() => list.del_item(list.len() - 1),
+        _ => {
+            let py = stack.py();
+            stack.call_method0(intern!(py, "pop")).map(drop)
+        }
+    }
+}
+
 /// AITune's context stack: a copy of its top pushed (with `key` set to `value` if given), under
 /// its lock; and popped.
 fn push_context<'py>(
@@ -118,11 +149,14 @@ fn push_context<'py>(
     lock.call_method0(intern!(py, "__enter__"))?;
     let pushed = (|| {
         let stack = context.getattr(intern!(py, "_data_stack"))?;
-        let top = stack.get_item(-1)?.call_method0(intern!(py, "copy"))?;
+        let top = copy(&last(&stack)?)?;
         if let Some((key, value)) = set {
             top.set_item(key, value)?;
         }
-        stack.call_method1(intern!(py, "append"), (&top,))?;
+        match stack.cast_exact::<PyList>() {
+            Ok(list) => list.append(&top)?,
+            Err(_) => drop(stack.call_method1(intern!(py, "append"), (&top,))?),
+        }
         Ok(top)
     })();
     let released = lock
@@ -137,8 +171,7 @@ fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
     lock.call_method0(intern!(py, "__enter__"))?;
     let popped = context
         .getattr(intern!(py, "_data_stack"))
-        .and_then(|stack| stack.call_method0(intern!(py, "pop")))
-        .map(drop);
+        .and_then(|stack| pop_last(&stack));
     let released = lock
         .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
         .map(drop);
