@@ -3,8 +3,8 @@
 MODEL (default ``mlp:path``, whose forward returns its input: the path alone; ``mlp`` runs the real MLP; ``llama``
 the real-model row's tiny transformers Llama, its decode call as ``generate`` makes it) and MODE (``patched``, the
 default: ``patch_aitune()``; ``stock``: AITune's own path). WHICH=plain counts the plain copy of the module instead
-of the tuned one. The tuning in make() runs reduce too: subtract a run with N=0 (count.sh prints that window's
-instructions) from one with N.
+of the tuned one. The tuning in make() runs reduce too: count.sh leaves it out (instrumentation starts after the
+warm-up); with GATE=0, subtract a run with N=0 (count.sh prints that window's instructions) from one with N.
 """
 
 import os
