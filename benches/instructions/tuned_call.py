@@ -3,7 +3,8 @@
 MODEL (default ``mlp:path``, whose forward returns its input: the path alone; ``mlp`` runs the real MLP; ``llama``
 the real-model row's tiny transformers Llama, its decode call as ``generate`` makes it) and MODE (``patched``, the
 default: ``patch_aitune()``; ``stock``: AITune's own path). WHICH=plain counts the plain copy of the module instead
-of the tuned one. The tuning in make() runs reduce too: subtract a run with N=0 (count.sh prints that window's
+of the tuned one. STATS=1 switches dispatch statistics on (``configure(dispatch_stats=True)``). The tuning in
+make() runs reduce too: subtract a run with N=0 (count.sh prints that window's
 instructions) from one with N.
 """
 
@@ -27,6 +28,7 @@ def make():
         torch.set_grad_enabled(False)  # as generate() calls it
     if os.environ.get("MODE", "patched") == "patched":
         aitune_fast.patch_aitune()
+    aitune_fast.configure(dispatch_stats=os.environ.get("STATS", "0") == "1")
     if name != "llama":
         tuned, plain, args, kwargs = aitune_tuned._tune_all(ait, torch, "cg", (name,))[name]
     target = plain if os.environ.get("WHICH", "tuned") == "plain" else tuned
