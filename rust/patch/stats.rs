@@ -19,8 +19,8 @@ use hashbrown::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyWeakrefMethods, PyWeakrefReference};
 
-/// Tuned modules with a record; a new module beyond it (after the dead ones' records are dropped)
-/// is not recorded.
+/// Tuned modules with a record; a new module beyond it is not recorded (the records of dead
+/// modules are dropped whenever a new module is recorded).
 pub const MAX_MODULES: usize = 4096;
 /// Backends with a hit count per module; a hit on a new backend beyond it counts as `other`.
 pub const MAX_BACKENDS: usize = 1024;
@@ -238,20 +238,19 @@ fn count(
         let Some(module) = module_ref.take() else {
             return Need::Module;
         };
+        // a new module (rare): the records of dead ones dropped, with the last miss each kept
+        let py = tuned.py();
+        let dead: Vec<usize> = records
+            .iter()
+            .filter(|(_, r)| r.module.bind(py).upgrade().is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dead {
+            garbage.records.extend(records.remove(&id));
+        }
         if records.len() >= MAX_MODULES {
-            let py = tuned.py();
-            let dead: Vec<usize> = records
-                .iter()
-                .filter(|(_, r)| r.module.bind(py).upgrade().is_none())
-                .map(|(id, _)| *id)
-                .collect();
-            for id in dead {
-                garbage.records.extend(records.remove(&id));
-            }
-            if records.len() >= MAX_MODULES {
-                garbage.objects.push(module.into_any());
-                return Need::Done;
-            }
+            garbage.objects.push(module.into_any());
+            return Need::Done;
         }
         records.insert(
             id,

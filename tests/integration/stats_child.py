@@ -9,9 +9,11 @@ mode="a"`` and ``x, mode="b"``. Needs tests/fixtures/tensorrt_stub on PYTHONPATH
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import threading
+import weakref
 from typing import Any
 
 from child_kit import block_aitune_fast, report
@@ -92,6 +94,29 @@ def threaded(one: dict[str, Any]) -> None:
     assert not errors, errors
 
 
+def dead_module(ait, torch) -> dict:
+    """A module's record, with its last miss's metadata, is dropped once the module is dead and a new module is
+    recorded."""
+    from aitune.torch.module_registry import MODULE_REGISTRY
+    from aitune_fast import _core
+
+    MODULE_REGISTRY.clear()
+    pair = tune_pair(ait, torch)
+    missed(calls(torch, pair)["miss"])
+    kept = weakref.ref(_core._dispatch_stats(pair.module)["last_miss"])
+    gone = weakref.ref(pair.module)
+    MODULE_REGISTRY.clear()
+    del pair
+    gc.collect()
+    out = {"module_gone": gone() is None, "kept_meanwhile": kept() is not None}
+    MODULE_REGISTRY.clear()
+    other = tune_pair(ait, torch)
+    calls(torch, other)["a"]()
+    gc.collect()
+    out["released"] = kept() is None
+    return out
+
+
 def main(mode: str) -> dict:
     if mode == "stock":
         block_aitune_fast()
@@ -144,6 +169,9 @@ def main(mode: str) -> dict:
         aitune_fast.configure(dispatch_stats=False)
         run(one["a"], 3)
         out["after_off"] = hits(dispatch_stats(pair))
+        if mode == "patched":
+            aitune_fast.configure(dispatch_stats=True)
+            out["dead_module"] = dead_module(ait, torch)
     return out
 
 

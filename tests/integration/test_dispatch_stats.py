@@ -97,3 +97,9 @@ def test_nothing_is_counted_without_the_call_path(runs, mode, why):
     on = runs[mode]["on"]
     assert on["collecting"].startswith(why)
     assert module(runs[mode], "on")["calls"] == 0
+
+
+def test_a_dead_modules_record_is_dropped(runs):
+    dead = runs["patched"]["dead_module"]
+    assert dead["module_gone"] and dead["kept_meanwhile"]  # the last miss's metadata is kept while no module is new
+    assert dead["released"]  # a new module recorded: the dead one's record, and that metadata, dropped
