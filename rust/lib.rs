@@ -56,6 +56,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(patch::_gc_objects_but_tuples, m)?)?;
     m.add_function(wrap_pyfunction!(patch::_frames_running, m)?)?;
     m.add_function(wrap_pyfunction!(patch::_still_running, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_set_dispatch_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_dispatch_stats_on, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_dispatch_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(patch::_reset_dispatch_stats, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_reader, m)?)?;
     m.add_function(wrap_pyfunction!(reader::tensor_readers_available, m)?)?;
     m.add_function(wrap_pyfunction!(reader::force_tensor_reader, m)?)?;

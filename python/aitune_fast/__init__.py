@@ -20,6 +20,7 @@ from aitune_fast._errors import MetadataDecodeError
 from aitune_fast._explain import Difference, DispatchReport, GraphReport, explain
 from aitune_fast._helpers import batch_tensor
 from aitune_fast._safe_enums import add_safe_enums, get_safe_enums, remove_safe_enums
+from aitune_fast._stats import DispatchStats, GraphHits, ModuleStats, dispatch_stats
 from aitune_fast._version import __version__ as __version__  # written once, in Cargo.toml
 from aitune_fast.global_context import BATCH_SIZE_KEY, global_context
 
@@ -104,11 +105,14 @@ __all__ = [
     "BATCH_SIZE_KEY",
     "Difference",
     "DispatchReport",
+    "DispatchStats",
     "ExactSampleMetadata",
+    "GraphHits",
     "GraphReport",
     "InfoLevel",
     "Locator",
     "MetadataDecodeError",
+    "ModuleStats",
     "ObjectType",
     "RuntimeInfo",
     "SampleMetadata",
@@ -117,6 +121,7 @@ __all__ = [
     "batch_tensor",
     "config",
     "configure",
+    "dispatch_stats",
     "explain",
     "get_safe_enums",
     "global_context",

@@ -23,6 +23,10 @@ __all__ = [
     "_gc_objects_but_tuples",
     "_frames_running",
     "_still_running",
+    "_set_dispatch_stats",
+    "_dispatch_stats_on",
+    "_dispatch_stats",
+    "_reset_dispatch_stats",
     "_CallPath",
     "_BindPlan",
     "_BindCache",
@@ -81,6 +85,20 @@ def _frames_running(codes: set[Any], me: int) -> list[tuple[int, Any]]:
 
 def _still_running(pending: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
     """Of `pending` ((thread id, frame) pairs), those whose frame is still on its thread's stack."""
+
+def _set_dispatch_stats(on: bool) -> None:
+    """Switches dispatch statistics on or off (``aitune_fast.configure(dispatch_stats=...)``)."""
+
+def _dispatch_stats_on() -> bool:
+    """Whether dispatch statistics are collected."""
+
+def _dispatch_stats(tuned: Any) -> dict[str, Any] | None:
+    """`tuned`'s record as a dict (``calls``, ``other``, ``misses``, ``hits``: a list of ``(backend, hits)`` of the
+    backends alive, ``last_miss``: the last miss's metadata or None, ``p50_ns``, ``p99_ns``, ``max_ns``), or None
+    where it has none."""
+
+def _reset_dispatch_stats(tuned: Any) -> None:
+    """Drops `tuned`'s record: its counts start again from zero."""
 
 @final
 class _BindPlan:

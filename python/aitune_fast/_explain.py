@@ -318,12 +318,12 @@ def _is(obj: Any, cls: Any) -> bool:
     return isinstance(cls, type) and issubclass(type(obj), cls)
 
 
-def _tuned_modules(obj: Any) -> list[tuple[str, Any]]:
-    """The (name, TunedModule) pairs `obj` is or holds; raises TypeError where AITune is not loaded or `obj` is a
-    module of AITune's that is not tuned."""
+def _tuned_modules(obj: Any, what: str = "explain()") -> list[tuple[str, Any]]:
+    """The (name, TunedModule) pairs `obj` is or holds; raises TypeError (naming `what`) where AITune is not loaded or
+    `obj` is a module of AITune's that is not tuned."""
     tuned_cls = _aitune_class(_TUNED_MODULE, "TunedModule")
     if tuned_cls is None:
-        raise TypeError("explain() takes a tuned aitune.torch.Module, and aitune.torch is not imported")
+        raise TypeError(f"{what} takes a tuned aitune.torch.Module, and aitune.torch is not imported")
     if _is(obj, tuned_cls):
         return [(str(obj._module_name), obj)]
     own = _own_tuned(obj, tuned_cls)
@@ -331,7 +331,7 @@ def _tuned_modules(obj: Any) -> list[tuple[str, Any]]:
         return [own]
     found = {id(t): (name, t) for name, t in _held_tuned(obj, tuned_cls)}
     if not found:
-        raise TypeError(f"explain() takes a tuned aitune.torch.Module or an object holding one, not {_kind(obj)}")
+        raise TypeError(f"{what} takes a tuned aitune.torch.Module or an object holding one, not {_kind(obj)}")
     return list(found.values())
 
 
@@ -440,7 +440,11 @@ def _served(tuned: Any, metadata: Any) -> tuple[Any, bool]:
 
 
 def _report(tuned: Any, args: tuple, kwargs: dict) -> DispatchReport:
-    metadata = _call_metadata(tuned, args, kwargs)
+    return _report_for(tuned, _call_metadata(tuned, args, kwargs))
+
+
+def _report_for(tuned: Any, metadata: Any) -> DispatchReport:
+    """The report of a call whose metadata is `metadata` (``dispatch_stats()``: the last miss's)."""
     served, checked = _served(tuned, metadata)
     graphs = [
         _graph_report(index, key, backend, metadata, key is served)

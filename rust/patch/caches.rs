@@ -15,6 +15,7 @@ use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::BindPlan;
 use super::guard::{has_own, instance_dict, ClassGuard};
+use super::stats;
 
 /// Call shapes kept per forward signature.
 pub const MAX_SHAPES: usize = 64;
@@ -80,10 +81,14 @@ impl BindCache {
         shape.push(PyInt::new(py, args.len()).into_any());
         shape.extend(kwargs.keys());
         let shape = PyTuple::new(py, shape)?;
-        let Some(found) = shapes.get_item(&shape)? else {
-            if shapes.len() >= MAX_SHAPES {
-                shapes.clear();
-            }
+        let found = shapes.get_item(&shape)?;
+        if found.is_none() && shapes.len() >= MAX_SHAPES {
+            shapes.clear();
+        }
+        // while dispatch statistics are on, a first call compiles too: every call's backend is then
+        // picked (and counted) by the core
+        let Some(found) = found.or_else(|| stats::on().then(|| self.seen_once.bind(py).clone()))
+        else {
             shapes.set_item(&shape, self.seen_once.bind(py))?;
             return Ok(None);
         };

@@ -19,6 +19,7 @@ use pyo3::{intern, PyTraverseError, PyVisit};
 use super::bind_plan::{BoundCall, Unbound};
 use super::guard::{has_own, ClassGuard, NameGuard};
 use super::parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
+use super::stats::{self, Outcome, Recording};
 use crate::api::describe_inputs;
 use crate::interp::interp;
 use crate::metadata::SampleMetadata;
@@ -221,6 +222,7 @@ impl CallPath {
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = proxy.py();
+        let recording = Recording::start();
         let swap = part(&self.forward, "forward")?;
         let state = proxy.getattr(intern!(py, "_self_state"))?;
         if state.eq(swap.init_state.bind(py))? {
@@ -236,22 +238,33 @@ impl CallPath {
         }
         let namespace = inner.getattr(intern!(py, "__dict__"))?;
         let state = namespace.cast::<PyDict>()?;
+        let mut outcome = Outcome::Other;
+        let mut served = None;
         let result = swap_out(proxy, state).and_then(|()| {
             let wrapper = proxy.getattr(intern!(py, "_self_wrapper"))?;
             match &self.tuned {
                 Some(tuned) if self.is_tuned_call(tuned.get(), &wrapper)? => {
-                    self.call(&wrapper, args, kwargs)
+                    let seen = recording.as_ref().map(|_| &mut outcome);
+                    let result = self.tuned_call(&wrapper, args, kwargs, seen);
+                    served = Some(wrapper);
+                    result
                 }
                 _ => wrapper.call(args, Some(kwargs)),
             }
         });
-        finally(py, result, swap_back(proxy, state))
+        let result = finally(py, result, swap_back(proxy, state));
+        // the tuned call counted with the hook swap around it: the path's time from the shim's call
+        if let (Some(recording), Some(tuned)) = (recording, served) {
+            recording.finish(&tuned, &outcome);
+        }
+        result
     }
 
     /// `TunedModule.__call__(tuned, *args, **kwargs)`: bound by the call shape's plan (`_BindPlan`),
     /// then in a new AITune context naming the module, the backend function: `safe_call_backend`
     /// (the backend whose key equals the call's metadata), `call_unique_backend`, or any other
     /// function as it is.
+    /// With dispatch statistics on, the call is counted in the module's record (`stats.rs`).
     #[pyo3(signature = (tuned, args, kwargs, /))]
     fn call<'py>(
         &self,
@@ -259,33 +272,13 @@ impl CallPath {
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = tuned.py();
-        let steps = part(&self.tuned, "tuned call")?;
-        let signature = tuned.getattr(intern!(py, "_forward_signature"))?;
-        let plan = steps.binder.get().plan(&signature, args, kwargs)?;
-        let stock = || steps.stock_steps.bind(py).call1((tuned, args, kwargs));
-        let Some(context) = self.stock_context(py)? else {
-            return stock();
+        let Some(recording) = Recording::start() else {
+            return self.tuned_call(tuned, args, kwargs, None);
         };
-        let Some(plan) = plan else {
-            return stock();
-        };
-        let BoundCall {
-            args: call_args,
-            kwargs: call_kwargs,
-            arguments,
-        } = match plan.get().bind(args, kwargs) {
-            Ok(bound) => bound,
-            // too little stack left for the plan's few levels: bound as stock binds, never refused
-            Err(Unbound::Short) => return stock(),
-            Err(Unbound::Error(err)) => return Err(err),
-        };
-        let func = tuned.getattr(intern!(py, "_backend_func"))?;
-        let module_name = tuned.getattr(intern!(py, "_module_name"))?;
-        let obj = context.obj.bind(py);
-        push_context(obj, Some((context.module_key.bind(py), &module_name)))?;
-        let result = self.call_backend(steps, tuned, &func, &call_args, &call_kwargs, &arguments);
-        finally(py, result, pop_context(obj))
+        let mut outcome = Outcome::Other;
+        let result = self.tuned_call(tuned, args, kwargs, Some(&mut outcome));
+        recording.finish(tuned, &outcome);
+        result
     }
 
     /// `Backend.infer(backend, *args, **kwargs)` (no `_method`): the backend described in a new
@@ -303,10 +296,8 @@ impl CallPath {
         let Some(context) = self.stock_context(py)? else {
             let mut all = vec![backend.clone()];
             all.extend(args.iter());
-            return steps
-                .stock
-                .bind(py)
-                .call(PyTuple::new(py, all)?, Some(kwargs));
+            let all = PyTuple::new(py, all)?;
+            return stats::backend_time(|| steps.stock.bind(py).call(all, Some(kwargs)));
         };
         let obj = context.obj.bind(py);
         let top = push_context(obj, None)?;
@@ -346,6 +337,49 @@ fn swap_back(proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()
 }
 
 impl CallPath {
+    /// `TunedModule.__call__`'s steps (`call`), the lookup's outcome written to `outcome` if given.
+    fn tuned_call<'py>(
+        &self,
+        tuned: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: &Bound<'py, PyDict>,
+        outcome: Option<&mut Outcome<'py>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = tuned.py();
+        let steps = part(&self.tuned, "tuned call")?;
+        let signature = tuned.getattr(intern!(py, "_forward_signature"))?;
+        let plan = steps.binder.get().plan(&signature, args, kwargs)?;
+        let stock = || steps.stock_steps.bind(py).call1((tuned, args, kwargs));
+        let Some(context) = self.stock_context(py)? else {
+            return stock();
+        };
+        let Some(plan) = plan else {
+            return stock();
+        };
+        let BoundCall {
+            args: call_args,
+            kwargs: call_kwargs,
+            arguments,
+        } = match plan.get().bind(args, kwargs) {
+            Ok(bound) => bound,
+            // too little stack left for the plan's few levels: bound as stock binds, never refused
+            Err(Unbound::Short) => return stock(),
+            Err(Unbound::Error(err)) => return Err(err),
+        };
+        let func = tuned.getattr(intern!(py, "_backend_func"))?;
+        let module_name = tuned.getattr(intern!(py, "_module_name"))?;
+        let obj = context.obj.bind(py);
+        push_context(obj, Some((context.module_key.bind(py), &module_name)))?;
+        let result = self.call_backend(
+            steps,
+            tuned,
+            &func,
+            (&call_args, &call_kwargs, &arguments),
+            outcome,
+        );
+        finally(py, result, pop_context(obj))
+    }
+
     /// The context part, where AITune's context is the object it was learned from, of a class that
     /// still holds AITune's `__enter__`, `__exit__`, `set` and `_current_data`, with no `set` of its
     /// own, and the one AITune's modules name: only then is pushing and popping its stack directly
@@ -379,9 +413,12 @@ impl CallPath {
         steps: &TunedCallPart,
         tuned: &Bound<'py, PyAny>,
         func: &Bound<'py, PyAny>,
-        call_args: &Bound<'py, PyAny>,
-        call_kwargs: &Bound<'py, PyAny>,
-        arguments: &Bound<'py, PyAny>,
+        (call_args, call_kwargs, arguments): (
+            &Bound<'py, PyAny>,
+            &Bound<'py, PyAny>,
+            &Bound<'py, PyAny>,
+        ),
+        outcome: Option<&mut Outcome<'py>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = tuned.py();
         let method = func.getattr_opt(intern!(py, "__func__"))?;
@@ -394,12 +431,26 @@ impl CallPath {
             })
         };
         let backend = if own(&steps.safe_call)? {
-            backend_for(steps, tuned, arguments)?
+            match backend_for(steps, tuned, arguments)? {
+                Ok(backend) => backend,
+                Err(metadata) => {
+                    let message = tuned
+                        .getattr(intern!(py, "ERROR_NO_BACKEND_FOUND"))?
+                        .call_method1(intern!(py, "format"), (&metadata,))?;
+                    if let Some(outcome) = outcome {
+                        *outcome = Outcome::Miss(metadata);
+                    }
+                    return Err(PyRuntimeError::new_err(message.unbind()));
+                }
+            }
         } else if own(&steps.unique_call)? {
             tuned.getattr(intern!(py, "_unique_backend"))?
         } else {
             return func.call1(((call_args, call_kwargs),));
         };
+        if let Some(outcome) = outcome {
+            *outcome = Outcome::Hit(backend.clone());
+        }
         let args = call_args.cast::<PyTuple>()?;
         let kwargs = call_kwargs.cast::<PyDict>()?;
         if let Some(infer) = &self.infer {
@@ -411,9 +462,8 @@ impl CallPath {
                 return self.infer(&backend, args, kwargs);
             }
         }
-        backend
-            .getattr(intern!(py, "infer"))?
-            .call(args, Some(kwargs))
+        let infer = backend.getattr(intern!(py, "infer"))?;
+        stats::backend_time(|| infer.call(args, Some(kwargs)))
     }
 
     /// `Backend.infer`'s body in its context (`top`, already pushed).
@@ -509,9 +559,10 @@ impl CallPath {
             Some(eager) if is_stock_eager(eager.get(), backend)? => {
                 self.eager_infer(eager.get(), backend, args, kwargs)
             }
-            _ => backend
-                .getattr(intern!(py, "_infer"))?
-                .call(args, Some(kwargs)),
+            _ => {
+                let infer = backend.getattr(intern!(py, "_infer"))?;
+                stats::backend_time(|| infer.call(args, Some(kwargs)))
+            }
         }
     }
 
@@ -529,7 +580,7 @@ impl CallPath {
         set_grad.call1((false,))?;
         let result = backend
             .getattr(intern!(py, "_orig_module"))
-            .and_then(|module| self.call_module(&module, args, kwargs));
+            .and_then(|module| stats::backend_time(|| self.call_module(&module, args, kwargs)));
         finally(py, result, set_grad.call1((enabled,)).map(drop))
     }
 }
@@ -544,12 +595,13 @@ fn is_stock_eager(eager: &EagerPart, backend: &Bound<'_, PyAny>) -> PyResult<boo
         && all_hold(py, eager.grad_guards.bind(py))?)
 }
 
-/// `safe_call_backend`'s lookup: the backend whose key equals the call's metadata.
+/// `safe_call_backend`'s lookup: the backend whose key equals the call's metadata, or (`Err`) the
+/// metadata no key equals.
 fn backend_for<'py>(
     steps: &TunedCallPart,
     tuned: &Bound<'py, PyAny>,
     arguments: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> PyResult<Result<Bound<'py, PyAny>, Bound<'py, PyAny>>> {
     let py = tuned.py();
     let sample_metadata = steps
         .owner
@@ -566,23 +618,17 @@ fn backend_for<'py>(
         sample_metadata.call_method(intern!(py, "from_inputs"), (arguments,), Some(&kwargs))?
     };
     let backends = tuned.getattr(intern!(py, "_backends"))?;
-    let missing = || -> PyResult<PyErr> {
-        let message = tuned
-            .getattr(intern!(py, "ERROR_NO_BACKEND_FOUND"))?
-            .call_method1(intern!(py, "format"), (&metadata,))?;
-        Ok(PyRuntimeError::new_err(message.unbind()))
-    };
     let kind = backends.get_type();
     if kind.is(interp(py)?.ordered_dict.bind(py)) || kind.is(py.get_type::<PyDict>()) {
-        return match backends.cast::<PyDict>()?.get_item(&metadata)? {
-            Some(backend) => Ok(backend),
-            None => Err(missing()?),
-        };
+        return Ok(backends
+            .cast::<PyDict>()?
+            .get_item(&metadata)?
+            .ok_or(metadata));
     }
     if !backends.contains(&metadata)? {
-        return Err(missing()?);
+        return Ok(Err(metadata));
     }
-    backends.get_item(&metadata)
+    backends.get_item(&metadata).map(Ok)
 }
 
 /// The nvtx `annotate` object for `message`, kept per message while `nvtx.annotate` is the class

@@ -6,6 +6,7 @@
 //! - `guard.rs`: `_ClassGuard` and `_NameGuard`, whether a class (a module) still holds the code a
 //!   step does in its place;
 //! - `parts.rs`: the parts a `_CallPath` is built from, one per stock step it does in place;
+//! - `stats.rs`: dispatch statistics (opt in), counted by the tuned call;
 //! - `live.rs`: the switch's scans of live objects and frames (`_objects.py`, `_quiescence.py`).
 
 mod bind_plan;
@@ -14,6 +15,7 @@ mod call_path;
 mod guard;
 mod live;
 mod parts;
+mod stats;
 
 pub use bind_plan::BindPlan;
 pub use caches::{BindCache, DescribeCache};
@@ -21,3 +23,4 @@ pub use call_path::CallPath;
 pub use guard::{ClassGuard, NameGuard};
 pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};
 pub use parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
+pub use stats::{_dispatch_stats, _dispatch_stats_on, _reset_dispatch_stats, _set_dispatch_stats};

@@ -99,6 +99,20 @@ def table(result: dict[str, Any]) -> str:
             f" | {'':>11} {row['stock_path_us']:>7.1f} {row['patched_path_us']:>8.1f} {row['fast_path_us']:>9.1f}"
             f" {row['fast_path_ratio']:>5.1f}x"
         )
+    if all("stats_us" in row for row in result["rows"].values()):
+        lines += [
+            "",
+            "The call path with dispatch statistics on (configure(dispatch_stats=True)), same rounds:",
+            "",
+            f"{'module':<15} {'call path':>9} {'stats on':>9} {'cost':>7}"
+            f" | {'path alone:':>11} {'call path':>9} {'stats on':>9} {'cost':>7}",
+        ]
+        for name, row in result["rows"].items():
+            lines.append(
+                f"{name:<15} {row['fast_us']:>9.1f} {row['stats_us']:>9.1f} {row['stats_us'] - row['fast_us']:>+7.2f}"
+                f" | {'':>11} {row['fast_path_us']:>9.1f} {row['stats_path_us']:>9.1f}"
+                f" {row['stats_path_us'] - row['fast_path_us']:>+7.2f}"
+            )
     if all("compile_us" in row for row in result["rows"].values()):
         lines += [
             "",
@@ -162,7 +176,10 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         for op, label, stock, fast in (
             ("tuned_call", "tuned call overhead", row["stock_us"], row["fast_us"]),
             ("tuned_call_path", "AITune path alone", row["stock_path_us"], row["fast_path_us"]),
+            ("tuned_call_stats", "tuned call overhead, dispatch stats on", row["stock_us"], row.get("stats_us")),
         ):
+            if fast is None:  # a result from before the stats row
+                continue
             times: dict[str, Any] = dict.fromkeys(("reference", "optree", "floor", "aitune_fast"))
             times["reference"] = {"median_s": stock * 1e-6}
             times["aitune_fast"] = {"median_s": fast * 1e-6}
@@ -278,6 +295,26 @@ def _tune_all(ait: Any, torch: Any, tag: str, names: tuple = ()) -> dict[str, tu
         kwargs = dict(torch.utils.data.default_collate([_llm_sample(torch)] * 2), **extra)
         out[name] = (tuned, plain, (), kwargs)
     return out
+
+
+def _stats_off(switch: Any) -> Any:
+    """`switch`, then dispatch statistics off."""
+
+    def off() -> None:
+        import aitune_fast
+
+        switch()
+        aitune_fast.configure(dispatch_stats=False)
+
+    return off
+
+
+def _stats_on() -> None:
+    """The call path with dispatch statistics on (``aitune_fast.dispatch_stats``): the cost of having them on."""
+    import aitune_fast
+
+    aitune_fast.patch_aitune(call_path=True)
+    aitune_fast.configure(dispatch_stats=True)
 
 
 def _loop(fn: Any, args: tuple, kwargs: dict, n: int) -> float:
@@ -557,17 +594,20 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
     for name, us in _metadata_us(works, rounds, n).items():
         rows[name]["meta_ref_us"] = us
     del works
-    # the same modules (tuned stock) stock, patched and on the call path, in rounds that switch between the three
+    # the same modules (tuned stock) stock, patched, on the call path and on it with dispatch statistics on, in rounds
+    # that switch between the four
     settings = {
-        "stock": aitune_fast.unpatch_aitune,
-        "patched": lambda: aitune_fast.patch_aitune(call_path=False),
-        "fast": lambda: aitune_fast.patch_aitune(call_path=True),
+        "stock": _stats_off(aitune_fast.unpatch_aitune),
+        "patched": _stats_off(lambda: aitune_fast.patch_aitune(call_path=False)),
+        "fast": _stats_off(lambda: aitune_fast.patch_aitune(call_path=True)),
+        "stats": _stats_on,
     }
     overheads = _overheads(stock, settings, rounds, n, _compiled(torch, stock))
     for name, row in rows.items():
         for key, per_module in overheads.items():
             row[f"{key}_us"], row[f"{key}_path_us"] = per_module[name], per_module[name + PATH]
     aitune_fast.unpatch_aitune()
+    aitune_fast.configure(dispatch_stats=False)
     del stock
     aitune_fast.patch_aitune(call_path=False)
     patched = _tune_all(ait, torch, "patched", ROWS)
@@ -596,6 +636,7 @@ def child(mode: str, profile: bool = False) -> dict[str, Any]:
         row["ratio"] = row["stock_us"] / max(row["patched_us"], 1e-9)
         row["fast_ratio"] = row["stock_us"] / max(row["fast_us"], 1e-9)
         row["fast_path_ratio"] = row["stock_path_us"] / max(row["fast_path_us"], 1e-9)
+        row["stats_ratio"] = row["stock_us"] / max(row["stats_us"], 1e-9)
         if "compile_us" in row:  # the call path's overhead in units of torch.compile's (lower is better)
             row["vs_compile"] = row["fast_us"] / max(row["compile_us"], 1e-9)
             row["vs_compile_path"] = row["fast_path_us"] / max(row["compile_path_us"], 1e-9)
