@@ -28,7 +28,8 @@ def make():
         torch.set_grad_enabled(False)  # as generate() calls it
     if os.environ.get("MODE", "patched") == "patched":
         aitune_fast.patch_aitune()
-    aitune_fast.configure(dispatch_stats=os.environ.get("STATS", "0") == "1")
+    if os.environ.get("STATS", "0") == "1":  # only then: the case also counts trees from before dispatch_stats
+        aitune_fast.configure(dispatch_stats=True)
     if name != "llama":
         tuned, plain, args, kwargs = aitune_tuned._tune_all(ait, torch, "cg", (name,))[name]
     target = plain if os.environ.get("WHICH", "tuned") == "plain" else tuned
