@@ -125,9 +125,16 @@ class _BindCache:
 @final
 class _DescribeCache:
     """Backends' ``describe()`` results, kept where a description is a function of the backend's class, its config's
-    class and the config's field values; `decide(backend_cls, config_cls)` says where (``(guards, getter)``)."""
+    class and the config's field values; `decide(backend_cls, config_cls)` says where (``(guards, getter)``). A config
+    object holding one of `config_functions` itself is described every call."""
 
-    def __new__(cls, *, decide: Callable[[type, type], tuple[Any, Any]], immutable: frozenset[type]) -> Self: ...
+    def __new__(
+        cls,
+        *,
+        decide: Callable[[type, type], tuple[Any, Any]],
+        config_functions: tuple[str, ...],
+        immutable: frozenset[type],
+    ) -> Self: ...
     def describe(self, backend: Any) -> Any:
         """``backend.describe()``, kept where that is a function of the key."""
 

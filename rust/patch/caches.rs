@@ -151,6 +151,9 @@ impl BindCache {
 #[pyclass(module = "aitune_fast._core", name = "_DescribeCache", frozen)]
 pub struct DescribeCache {
     decide: Py<PyAny>,
+    /// the names of the functions a description calls on the config (`_call_path._CONFIG_DESCRIBE`):
+    /// one set on the config object itself is not what its class says
+    config_functions: Py<PyTuple>,
     /// the types whose values a key may hold
     immutable: Py<PyFrozenSet>,
     /// `(backend_cls, config_cls)` -> `decide`'s answer
@@ -161,12 +164,18 @@ pub struct DescribeCache {
 
 #[pymethods]
 impl DescribeCache {
-    /// `_DescribeCache(*, decide, immutable)`: empty.
+    /// `_DescribeCache(*, decide, config_functions, immutable)`: empty.
     #[new]
-    #[pyo3(signature = (*, decide, immutable))]
-    fn py_new(py: Python<'_>, decide: Py<PyAny>, immutable: Py<PyFrozenSet>) -> Self {
+    #[pyo3(signature = (*, decide, config_functions, immutable))]
+    fn py_new(
+        py: Python<'_>,
+        decide: Py<PyAny>,
+        config_functions: Py<PyTuple>,
+        immutable: Py<PyFrozenSet>,
+    ) -> Self {
         Self {
             decide,
+            config_functions,
             immutable,
             decisions: PyDict::new(py).unbind(),
             descriptions: PyDict::new(py).unbind(),
@@ -181,7 +190,9 @@ impl DescribeCache {
             .getattr_opt(intern!(py, "_config"))?
             .unwrap_or_else(|| py.None().into_bound(py));
         // a function its description calls set on the object itself: not what its class says
-        if has_own(backend, intern!(py, "describe"))? || overridden(&config)? {
+        if has_own(backend, intern!(py, "describe"))?
+            || overridden(&config, self.config_functions.bind(py))?
+        {
             return call();
         }
         let kind = PyTuple::new(py, [backend.get_type(), config.get_type()])?;
@@ -229,6 +240,7 @@ impl DescribeCache {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.decide)?;
+        visit.call(&self.config_functions)?;
         visit.call(&self.immutable)?;
         visit.call(&self.decisions)?;
         visit.call(&self.descriptions)
@@ -278,20 +290,15 @@ fn guards_hold(guards: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(true)
 }
 
-/// Whether `config` has one of the functions its description calls set on itself.
-fn overridden(config: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = config.py();
+/// Whether `config` has one of `functions` (the names its description calls) set on itself.
+fn overridden(config: &Bound<'_, PyAny>, functions: &Bound<'_, PyTuple>) -> PyResult<bool> {
     let Some(namespace) = instance_dict(config)? else {
         return Ok(false);
     };
     if namespace.is_empty() {
         return Ok(false);
     }
-    for name in [
-        intern!(py, "describe"),
-        intern!(py, "_get_changed_fields"),
-        intern!(py, "_default_describe_fields"),
-    ] {
+    for name in functions.iter() {
         if namespace.contains(name)? {
             return Ok(true);
         }

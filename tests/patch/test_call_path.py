@@ -193,7 +193,11 @@ def _describe_cache(decided: list):
         )
         return guards, lambda config: (config.level,)
 
-    return _core._DescribeCache(decide=decide, immutable=frozenset((int, str, float, bool, type(None))))
+    return _core._DescribeCache(
+        decide=decide,
+        config_functions=_call_path._CONFIG_DESCRIBE,
+        immutable=frozenset((int, str, float, bool, type(None))),
+    )
 
 
 def test_the_describe_cache_keeps_a_description_by_classes_and_values():

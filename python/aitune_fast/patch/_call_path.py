@@ -502,7 +502,7 @@ def learn_describe_cache() -> _DescribeCache:
     torch = sys.modules.get("torch")
     if torch is not None:
         immutable.add(torch.dtype)
-    return _DescribeCache(decide=_decide, immutable=frozenset(immutable))
+    return _DescribeCache(decide=_decide, config_functions=_CONFIG_DESCRIBE, immutable=frozenset(immutable))
 
 
 def _decide(backend_cls: Any, config_cls: Any) -> tuple[tuple | None, Any]:

@@ -95,7 +95,7 @@ NATIVE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     CONFIG: ("strict_mode",),
     GLOBAL_CONTEXT: ("_lock", "_data_stack", "set"),
-    BACKEND: ("infer", "_infer", "state", "name", "describe", "_get_changed_fields", "_default_describe_fields"),
+    BACKEND: ("infer", "_infer", "state", "name", "describe"),
     FORWARD_SIGNATURE: ("normalize",),
     BACKEND_CONTEXT: ("_method",),
     EAGER_BACKEND: ("_orig_module",),
