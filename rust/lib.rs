@@ -49,6 +49,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<patch::TunedCallPart>()?;
     m.add_class::<patch::InferPart>()?;
     m.add_class::<patch::EagerPart>()?;
+    m.add_class::<patch::MetricsPart>()?;
     m.add_class::<patch::ModuleCallPart>()?;
     m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
     m.add_function(wrap_pyfunction!(codec::safe_enums::_safe_enum_table, m)?)?;

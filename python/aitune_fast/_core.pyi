@@ -38,6 +38,7 @@ __all__ = [
     "_TunedCallPart",
     "_InferPart",
     "_EagerPart",
+    "_MetricsPart",
     "_ModuleCallPart",
     "MAX_DEPTH",
     "tensor_reader",
@@ -169,11 +170,7 @@ class _ContextPart:
 class _ForwardPart:
     """``Module._forward``'s hook swap, done in the wrapped module's ``__dict__``."""
 
-    def __new__(
-        cls, *, module_cls: type, init_state: Any, nn_setattr: Any, stock_swap: Any, guard: _ClassGuard
-    ) -> Self: ...
-    @property
-    def module_cls(self) -> type: ...
+    def __new__(cls, *, init_state: Any, nn_setattr: Any, stock_swap: Any, guard: _ClassGuard) -> Self: ...
     @property
     def init_state(self) -> Any: ...
     @property
@@ -270,6 +267,25 @@ class _EagerPart:
     def grad_guards(self) -> tuple[Any, ...]: ...
 
 @final
+class _MetricsPart:
+    """The hardware-metrics scope while AITune's collector is its no-op one (metrics off, as they are unless enabled):
+    then ``start_scope`` and ``end_scope`` do nothing, and the path skips them."""
+
+    def __new__(
+        cls, *, session: Any, session_guard: _ClassGuard, enabled: Any, noop_guard: _ClassGuard, names: tuple[Any, ...]
+    ) -> Self: ...
+    @property
+    def session(self) -> Any: ...
+    @property
+    def session_guard(self) -> _ClassGuard: ...
+    @property
+    def enabled(self) -> Any: ...
+    @property
+    def noop_guard(self) -> _ClassGuard: ...
+    @property
+    def names(self) -> tuple[Any, ...]: ...
+
+@final
 class _ModuleCallPart:
     """``nn.Module.__call__`` where it would only call ``forward``."""
 
@@ -297,6 +313,7 @@ class _CallPath:
         infer: _InferPart | None = None,
         eager: _EagerPart | None = None,
         module_call: _ModuleCallPart | None = None,
+        metrics: _MetricsPart | None = None,
     ) -> Self: ...
     def forward(self, proxy: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any:
         """``Module._forward``: the hook swap around the tuned wrapper's call."""

@@ -17,8 +17,10 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::{BoundCall, Unbound};
-use super::guard::{has_own, ClassGuard, NameGuard};
-use super::parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
+use super::guard::{generic_attr, has_own, ClassGuard, NameGuard};
+use super::parts::{
+    ContextPart, EagerPart, ForwardPart, InferPart, MetricsPart, ModuleCallPart, TunedCallPart,
+};
 use super::stats::{self, Outcome, Recording};
 use crate::api::describe_inputs;
 use crate::interp::interp;
@@ -35,6 +37,7 @@ pub struct CallPath {
     infer: Option<Py<InferPart>>,
     eager: Option<Py<EagerPart>>,
     module_call: Option<Py<ModuleCallPart>>,
+    metrics: Option<Py<MetricsPart>>,
 }
 
 /// The part a step needs, or a RuntimeError naming it (its shim installed without it, which the
@@ -181,10 +184,11 @@ fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
 
 #[pymethods]
 impl CallPath {
-    /// `_CallPath(*, context, forward, tuned, infer, eager, module_call)`: each a part of its type,
-    /// or None where it was not learned.
+    /// `_CallPath(*, context, forward, tuned, infer, eager, module_call, metrics)`: each a part of
+    /// its type, or None where it was not learned.
     #[new]
-    #[pyo3(signature = (*, context=None, forward=None, tuned=None, infer=None, eager=None, module_call=None))]
+    #[pyo3(signature = (*, context=None, forward=None, tuned=None, infer=None, eager=None, module_call=None, metrics=None))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         context: Option<Py<ContextPart>>,
         forward: Option<Py<ForwardPart>>,
@@ -192,6 +196,7 @@ impl CallPath {
         infer: Option<Py<InferPart>>,
         eager: Option<Py<EagerPart>>,
         module_call: Option<Py<ModuleCallPart>>,
+        metrics: Option<Py<MetricsPart>>,
     ) -> Self {
         Self {
             context,
@@ -200,6 +205,7 @@ impl CallPath {
             infer,
             eager,
             module_call,
+            metrics,
         }
     }
 
@@ -209,7 +215,8 @@ impl CallPath {
         visit.call(&self.tuned)?;
         visit.call(&self.infer)?;
         visit.call(&self.eager)?;
-        visit.call(&self.module_call)
+        visit.call(&self.module_call)?;
+        visit.call(&self.metrics)
     }
 
     /// `Module._forward(self=proxy, ...)`: the wrapped module's own `forward` and no hooks in
@@ -224,16 +231,22 @@ impl CallPath {
         let py = proxy.py();
         let recording = Recording::start();
         let swap = part(&self.forward, "forward")?;
-        let state = proxy.getattr(intern!(py, "_self_state"))?;
+        // AITune's `Module` as learned (its `__getattribute__` generic first): its attributes read so
+        let learned = swap.guard.get().holds_for(proxy)?;
+        let read = |name: &Bound<'py, PyString>| {
+            if learned {
+                generic_attr(proxy, name)
+            } else {
+                proxy.getattr(name)
+            }
+        };
+        let state = read(intern!(py, "_self_state"))?;
         if state.eq(swap.init_state.bind(py))? {
             proxy.call_method0(intern!(py, "enable_recording"))?;
         }
-        let inner = proxy.getattr(intern!(py, "__wrapped__"))?;
+        let inner = read(intern!(py, "__wrapped__"))?;
         let setattr = inner.get_type().getattr(intern!(py, "__setattr__"))?;
-        if !proxy.get_type().is(swap.module_cls.bind(py))
-            || !setattr.is(swap.nn_setattr.bind(py))
-            || !swap.guard.get().holds(py)?
-        {
+        if !learned || !setattr.is(swap.nn_setattr.bind(py)) {
             return swap.stock_swap.bind(py).call1((proxy, args, kwargs));
         }
         let namespace = inner.getattr(intern!(py, "__dict__"))?;
@@ -241,7 +254,7 @@ impl CallPath {
         let mut outcome = Outcome::Other;
         let mut served = None;
         let result = swap_out(proxy, state).and_then(|()| {
-            let wrapper = proxy.getattr(intern!(py, "_self_wrapper"))?;
+            let wrapper = generic_attr(proxy, intern!(py, "_self_wrapper"))?;
             match &self.tuned {
                 Some(tuned) if self.is_tuned_call(tuned.get(), &wrapper)? => {
                     let seen = recording.as_ref().map(|_| &mut outcome);
@@ -307,20 +320,48 @@ impl CallPath {
 }
 
 /// `Module._forward`'s first half: the hook dicts kept (as copies) and emptied, the module's own
-/// `forward` in place.
+/// `forward` in place. The proxy is AITune's `Module` as learned (its attributes read generically).
 fn swap_out(proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()> {
     let py = proxy.py();
-    let ordered_dict = interp(py)?.ordered_dict.bind(py);
-    let pre = ordered_dict.call1((item(state, intern!(py, "_forward_pre_hooks"))?,))?;
+    let pre = ordered_copy(&item(state, intern!(py, "_forward_pre_hooks"))?)?;
     state.set_item(intern!(py, "_current_forward_pre_hooks"), pre)?;
-    let post = ordered_dict.call1((item(state, intern!(py, "_forward_hooks"))?,))?;
+    let post = ordered_copy(&item(state, intern!(py, "_forward_hooks"))?)?;
     state.set_item(intern!(py, "_current_forward_hooks"), post)?;
-    state.set_item(intern!(py, "_forward_pre_hooks"), ordered_dict.call0()?)?;
+    state.set_item(intern!(py, "_forward_pre_hooks"), new_ordered_dict(py)?)?;
     state.set_item(
         intern!(py, "forward"),
-        proxy.getattr(intern!(py, "_self_orig_forward"))?,
+        generic_attr(proxy, intern!(py, "_self_orig_forward"))?,
     )?;
-    state.set_item(intern!(py, "_forward_hooks"), ordered_dict.call0()?)
+    state.set_item(intern!(py, "_forward_hooks"), new_ordered_dict(py)?)
+}
+
+extern "C" {
+    // CPython's own `OrderedDict` (`collections.OrderedDict`, unless a module rebinds it) and its
+    // constructor without arguments (`cpython/odictobject.h`, 3.10-3.13)
+    static mut PyODict_Type: pyo3::ffi::PyTypeObject;
+    fn PyODict_New() -> *mut pyo3::ffi::PyObject;
+}
+
+/// `OrderedDict()`: made directly where `collections.OrderedDict` is CPython's own, not through a
+/// call of the class (its argument tuple, `__new__` and `__init__`).
+fn new_ordered_dict(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let ordered_dict = interp(py)?.ordered_dict.bind(py);
+    if !std::ptr::eq(ordered_dict.as_type_ptr(), &raw mut PyODict_Type) {
+        return ordered_dict.call0();
+    }
+    // SAFETY: `collections.OrderedDict` is CPython's C type, whose constructor this is; it
+    // returns a new reference, or NULL with an error set.
+    unsafe { Bound::from_owned_ptr_or_err(py, PyODict_New()) }
+}
+
+/// `OrderedDict(hooks)`: for an empty dict or `OrderedDict` (exactly: their length is what the
+/// copy reads), a new empty one.
+fn ordered_copy<'py>(hooks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = hooks.py();
+    if empty_dict(Some(hooks.clone()))? {
+        return new_ordered_dict(py);
+    }
+    interp(py)?.ordered_dict.bind(py).call1((hooks,))
 }
 
 /// `Module._forward`'s second half: the hooks and the routing `forward` back.
@@ -330,7 +371,7 @@ fn swap_back(proxy: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()
     state.set_item(intern!(py, "_forward_pre_hooks"), pre)?;
     state.set_item(
         intern!(py, "forward"),
-        proxy.getattr(intern!(py, "_self_proxy_forward"))?,
+        generic_attr(proxy, intern!(py, "_self_proxy_forward"))?,
     )?;
     let post = item(state, intern!(py, "_current_forward_hooks"))?;
     state.set_item(intern!(py, "_forward_hooks"), post)
@@ -517,7 +558,8 @@ impl CallPath {
         }
     }
 
-    /// Inside the nvtx range: the hardware-metrics scope around the state check and `_infer`.
+    /// Inside the nvtx range: the hardware-metrics scope around the state check and `_infer` (its
+    /// two calls skipped while they would reach AITune's no-op collector).
     fn infer_scoped<'py>(
         &self,
         steps: &InferPart,
@@ -527,14 +569,24 @@ impl CallPath {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = backend.py();
         let metrics = steps.metrics_module.bind(py);
-        metrics
-            .call_method0(intern!(py, "get_default_collector"))?
-            .call_method1(intern!(py, "start_scope"), (steps.scope.bind(py),))?;
+        let collector = || -> PyResult<Option<Bound<'py, PyAny>>> {
+            if let Some(part) = &self.metrics {
+                if metrics_off(part.get(), py)? {
+                    return Ok(None);
+                }
+            }
+            metrics
+                .call_method0(intern!(py, "get_default_collector"))
+                .map(Some)
+        };
+        if let Some(collector) = collector()? {
+            collector.call_method1(intern!(py, "start_scope"), (steps.scope.bind(py),))?;
+        }
         let result = self.checked_infer(steps, backend, args, kwargs);
-        let ended = metrics
-            .call_method0(intern!(py, "get_default_collector"))
-            .and_then(|collector| collector.call_method0(intern!(py, "end_scope")))
-            .map(drop);
+        let ended = collector().and_then(|collector| match collector {
+            Some(collector) => collector.call_method0(intern!(py, "end_scope")).map(drop),
+            None => Ok(()),
+        });
         finally(py, result, ended)
     }
 
@@ -583,6 +635,34 @@ impl CallPath {
             .and_then(|module| stats::backend_time(|| self.call_module(&module, args, kwargs)));
         finally(py, result, set_grad.call1((enabled,)).map(drop))
     }
+}
+
+/// Whether `get_default_collector()` would now give AITune's no-op collector, whose class still holds
+/// its no-op `start_scope` and `end_scope`: what stock's `get_collector` reads (the session's
+/// `_runtime_enabled`, else `HARDWARE_METRICS_ENABLED`), read in place while the code that reads it
+/// is AITune's.
+fn metrics_off(part: &MetricsPart, py: Python<'_>) -> PyResult<bool> {
+    let session = part.session.bind(py);
+    if !all_hold(py, part.names.bind(py))?
+        || !part.session_guard.get().holds_for(session)?
+        || has_own(session, intern!(py, "get_collector"))?
+        || has_own(session, intern!(py, "_should_collect"))?
+    {
+        return Ok(false);
+    }
+    let runtime = generic_attr(session, intern!(py, "_runtime_enabled"))?;
+    let collect = if runtime.is_none() {
+        part.enabled.bind(py).is_truthy()?
+    } else {
+        runtime.is_truthy()?
+    };
+    if collect {
+        return Ok(false);
+    }
+    let collector = generic_attr(session, intern!(py, "_noop_collector"))?;
+    Ok(part.noop_guard.get().holds_for(&collector)?
+        && !has_own(&collector, intern!(py, "start_scope"))?
+        && !has_own(&collector, intern!(py, "end_scope"))?)
 }
 
 /// Whether `backend`'s `_infer` is stock TorchEager's, not hidden by its own, with `torch.no_grad`

@@ -71,6 +71,30 @@ pub fn instance_dict<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py,
     Ok(dict.cast_into::<PyDict>().ok())
 }
 
+/// `obj.name` by `object.__getattribute__`'s lookup, for an object whose class's own
+/// `__getattribute__` makes that lookup first (as a part's guard checks: wrapt's proxy does, before
+/// it asks the wrapped object): the same value, without the method wrapper CPython makes to call
+/// a C `__getattribute__` a Python class inherits. Where that lookup finds nothing, the class's
+/// whole lookup runs.
+pub fn generic_attr<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    // SAFETY: `obj` and `name` are live (each `Bound` keeps its object); the call returns a new
+    // reference, or NULL with an error set.
+    let value = unsafe { ffi::PyObject_GenericGetAttr(obj.as_ptr(), name.as_ptr()) };
+    if value.is_null() {
+        let err = PyErr::fetch(py);
+        if !err.is_instance_of::<PyAttributeError>(py) {
+            return Err(err);
+        }
+        return obj.getattr(name);
+    }
+    // SAFETY: `value` is a new, non-null reference, owned from here on.
+    Ok(unsafe { Bound::from_owned_ptr(py, value) })
+}
+
 /// Whether `name` is set on `obj` itself (its instance dict), hiding its class's attribute: a step
 /// done in place of a method is not what a call of that object does.
 pub fn has_own(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<bool> {
@@ -154,6 +178,12 @@ impl ClassGuard {
             return Ok(true);
         }
         self.recheck(cls)
+    }
+
+    /// Whether `obj` is of the guarded class exactly, and the class still holds what it held.
+    pub fn holds_for(&self, obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = obj.py();
+        Ok(obj.get_type().is(self.cls.bind(py)) && self.holds(py)?)
     }
 
     /// The names looked up again and compared; the tag kept when all match.

@@ -22,5 +22,7 @@ pub use caches::{BindCache, DescribeCache};
 pub use call_path::CallPath;
 pub use guard::{ClassGuard, NameGuard};
 pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};
-pub use parts::{ContextPart, EagerPart, ForwardPart, InferPart, ModuleCallPart, TunedCallPart};
+pub use parts::{
+    ContextPart, EagerPart, ForwardPart, InferPart, MetricsPart, ModuleCallPart, TunedCallPart,
+};
 pub use stats::{_dispatch_stats, _dispatch_stats_on, _reset_dispatch_stats, _set_dispatch_stats};

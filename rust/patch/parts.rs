@@ -66,15 +66,15 @@ part! {
 part! {
     /// `Module._forward`'s hook swap, done in the wrapped module's `__dict__`.
     ForwardPart as "_ForwardPart" {
-        /// AITune's `Module`
-        module_cls: PyType,
         /// `ModuleState.INIT`
         init_state: PyAny,
         /// `nn.Module.__setattr__`: the swap writes `__dict__` only under it
         nn_setattr: PyAny,
         /// `_forward`'s body as stock runs it (through the two helpers)
         stock_swap: PyAny,
-        /// `Module` still holds AITune's `_restore_original_forward` and `_proxy_forward`
+        /// AITune's `Module` (the guarded class: a proxy of another is swapped as stock does) still
+        /// holds AITune's `_restore_original_forward`, `_proxy_forward` and a generic-first
+        /// `__getattribute__`
         guard: ClassGuard,
     }
 }
@@ -152,5 +152,24 @@ part! {
         globals: PyDict,
         /// `torch._C._is_tracing` (or `_get_tracing_state`)
         is_tracing: PyAny,
+    }
+}
+
+part! {
+    /// The hardware-metrics scope while AITune's collector is its no-op one (metrics off, as they
+    /// are unless enabled): then `start_scope` and `end_scope` do nothing, and the path skips them.
+    MetricsPart as "_MetricsPart" {
+        /// `setup_hardware_metrics._DEFAULT_SESSION`
+        session: PyAny,
+        /// its class still holds AITune's `get_collector`, `_should_collect` and a generic-first
+        /// `__getattribute__`
+        session_guard: ClassGuard,
+        /// `HARDWARE_METRICS_ENABLED` as learned (`names` watch it)
+        enabled: PyAny,
+        /// `NoOpHardwareMetricsCollector` still holds AITune's no-op `start_scope` and `end_scope`
+        noop_guard: ClassGuard,
+        /// `_NameGuard`s: `hardware_metrics_annotation` names AITune's `get_default_collector`, and
+        /// `setup_hardware_metrics` the session and `HARDWARE_METRICS_ENABLED` learned
+        names: PyTuple,
     }
 }

@@ -136,13 +136,21 @@ def test_wrappers_put_on_aitunes_methods_before_the_patch_keep_running(tmp_path)
 
 def test_code_done_in_place_runs_only_while_it_is_stock(tmp_path):
     """A wrapper on a piece of stock code the call path does in place (torch's module call, AITune's hook-swap
-    helpers, its context's ``with`` and ``set``, ``torch.no_grad``), or a context of its own given to the module whose
-    code it does, put there before the patch, after it, or between an unpatch and a patch, runs as often as under
-    stock AITune, with the same outputs (round six, items 1-4: before, each ran 0 times of 3 patched)."""
+    helpers, its context's ``with`` and ``set``, ``torch.no_grad``, the hardware-metrics scope's no-op collector), or a
+    context or collector of its own given to the code it does, or a ``__getattribute__`` on AITune's ``Module``, put
+    there before the patch, after it, or between an unpatch and a patch, runs as often as under stock AITune, with the
+    same outputs (round six, items 1-4: before, each ran 0 times of 3 patched)."""
     out = run_script(CHILD, "inlined", str(tmp_path), workdir=tmp_path, timeout=TIMEOUT_S)
     if "skip" in out:
         pytest.skip(out["skip"])
     assert set(out) == {
+        "hardware_metrics_annotation.get_default_collector",
+        "HardwareMetricsSession.get_collector",
+        "HardwareMetricsSession._should_collect",
+        "NoOpHardwareMetricsCollector.start_scope",
+        "NoOpHardwareMetricsCollector.end_scope",
+        "session._noop_collector",
+        "Module.__getattribute__",
         "tuned_module.global_context",
         "backend_context.global_context",
         "nn.Module.__call__",
@@ -169,7 +177,7 @@ def test_what_the_patch_learnt_lives_while_patched(tmp_path):
     if "skip" in out:
         pytest.skip(out["skip"])
     nothing = {"context": False, "parts": []}
-    learnt = {"context": True, "parts": ["context", "eager", "forward", "infer", "module_call", "tuned"]}
+    learnt = {"context": True, "parts": ["context", "eager", "forward", "infer", "metrics", "module_call", "tuned"]}
     assert out == {
         "before": nothing,
         "patched": learnt,

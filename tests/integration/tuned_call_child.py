@@ -483,7 +483,53 @@ def inlined_sites(torch):
 
         return wrap
 
+    def getattribute(count):  # reads of `_self_wrapper` counted: stock's swap reads it once a call
+        stock = Module.__getattribute__
+
+        def counting(self, name):
+            if name == "_self_wrapper":
+                count()
+            return stock(self, name)
+
+        Module.__getattribute__ = counting
+        return lambda: delattr(Module, "__getattribute__")
+
+    def metrics_function(count):
+        from aitune.utils.monitoring import hardware_metrics_annotation as annotation
+
+        stock = annotation.get_default_collector
+
+        @functools.wraps(stock)
+        def wrapper():
+            count()
+            return stock()
+
+        annotation.get_default_collector = wrapper
+        return lambda: setattr(annotation, "get_default_collector", stock)
+
+    def own_collector(count):  # the session's no-op collector replaced by one that counts its scopes
+        from aitune.utils.monitoring.hardware_metrics.collector import NoOpHardwareMetricsCollector
+        from aitune.utils.monitoring.setup_hardware_metrics import _DEFAULT_SESSION as session
+
+        class Counting(NoOpHardwareMetricsCollector):
+            def start_scope(self, name):
+                count()
+
+        stock = session._noop_collector
+        session._noop_collector = Counting()
+        return lambda: setattr(session, "_noop_collector", stock)
+
+    from aitune.utils.monitoring.hardware_metrics.collector import NoOpHardwareMetricsCollector
+    from aitune.utils.monitoring.setup_hardware_metrics import HardwareMetricsSession
+
     return {
+        "hardware_metrics_annotation.get_default_collector": metrics_function,
+        "HardwareMetricsSession.get_collector": method(HardwareMetricsSession, "get_collector"),
+        "HardwareMetricsSession._should_collect": method(HardwareMetricsSession, "_should_collect"),
+        "NoOpHardwareMetricsCollector.start_scope": method(NoOpHardwareMetricsCollector, "start_scope"),
+        "NoOpHardwareMetricsCollector.end_scope": method(NoOpHardwareMetricsCollector, "end_scope"),
+        "session._noop_collector": own_collector,
+        "Module.__getattribute__": getattribute,
         "tuned_module.global_context": own_context("aitune.torch.module.tuned_module"),
         "backend_context.global_context": own_context("aitune.utils.monitoring.context.backend_context"),
         "nn.Module.__call__": method(torch.nn.Module, "__call__"),

@@ -113,7 +113,7 @@ def namespace_in_a_guard():
 def shim_in_a_call_path():
     k = Key()  # a call path's part holds the Python steps it calls, and the path its parts
     guard = _core._ClassGuard(Key, ("back",))
-    part = _core._ForwardPart(module_cls=Key, init_state=k, nn_setattr=k, stock_swap=k, guard=guard)
+    part = _core._ForwardPart(init_state=k, nn_setattr=k, stock_swap=k, guard=guard)
     k.back = _core._CallPath(forward=part)
     return k
 

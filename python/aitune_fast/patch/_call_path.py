@@ -50,6 +50,7 @@ from aitune_fast._core import (
     _EagerPart,
     _ForwardPart,
     _InferPart,
+    _MetricsPart,
     _ModuleCallPart,
     _NameGuard,
     _TunedCallPart,
@@ -160,10 +161,31 @@ def _context_guard(context_cls: Any) -> Any:
 
 
 def _swap_guard(module_cls: type, wrapper_module: Any) -> Any:
-    """A guard on ``Module``'s hook-swap helpers, where they are AITune's own; None otherwise."""
+    """A guard on ``Module``'s hook-swap helpers, where they are AITune's own, and on its ``__getattribute__``, where
+    that looks an attribute up generically first (the swap reads the proxy's ``_self_*`` attributes that way); None
+    otherwise."""
     if not all(_aitunes_own(attr(module_cls, name), wrapper_module, f"Module.{name}") for name in _SWAP_CODE):
         return None
-    return _ClassGuard(module_cls, _SWAP_CODE)
+    if not _generic_first(_resolved(module_cls, "__getattribute__")):
+        return None
+    return _ClassGuard(module_cls, (*_SWAP_CODE, "__getattribute__"))
+
+
+def _resolved(cls: type, name: str) -> Any:
+    """What `cls` holds under `name` through its MRO, no descriptor run (None where nothing)."""
+    return next((vars(base)[name] for base in cls.__mro__ if name in vars(base)), None)
+
+
+def _generic_first(getattribute: Any) -> bool:
+    """Whether a class's ``__getattribute__`` finds what ``object.__getattribute__`` finds, where that finds a name
+    other than ``__module__`` and ``__doc__``: object's own, or the C ``__getattribute__`` of wrapt's ``ObjectProxy``
+    (which tries ``object``'s first, then the wrapped object)."""
+    import wrapt
+
+    proxies = _resolved(wrapt.ObjectProxy, "__getattribute__")
+    return getattribute is object.__getattribute__ or (
+        getattribute is proxies and type(proxies) is types.WrapperDescriptorType
+    )
 
 
 def _grad_guards(torch: Any) -> tuple | None:
@@ -206,7 +228,6 @@ def install_forward(wrapper_module: Any) -> None:
         return  # a helper of the swap wrapped before the patch: stock's _forward calls it
     _into_native(
         forward=_ForwardPart(
-            module_cls=module_cls,
             init_state=state.INIT,
             nn_setattr=sys.modules["torch"].nn.Module.__setattr__,
             stock_swap=_forward_stock_swap,
@@ -473,10 +494,49 @@ def install_infer(backend_module: Any) -> None:
     part = learn_infer(backend_module)
     if part is None:
         return
-    _into_native(infer=part)
+    _into_native(infer=part, metrics=learn_metrics())
     _stock_infer[0] = part.stock
     REGISTRY.replace_function(Layer.CALL_PATH, backend_module.Backend, "infer", _infer)
 
+
+def learn_metrics() -> _MetricsPart | None:
+    """The hardware-metrics scope's part: while AITune's collector is its no-op one (metrics off), the scope's two
+    calls do nothing and the path skips them (``_core._CallPath``'s ``metrics_off`` reads what ``get_collector``
+    reads). None where the functions the scope calls are not AITune 0.6.0's own: the scope is then always called."""
+    annotation = sys.modules.get(_names.HARDWARE_METRICS)
+    setup = sys.modules.get(_names.METRICS_SESSION)
+    collectors = sys.modules.get(_names.METRICS_COLLECTOR)
+    if annotation is None or setup is None or collectors is None:
+        return None
+    get_default = vars(annotation).get("get_default_collector")
+    session = vars(setup).get("_DEFAULT_SESSION")
+    session_cls = getattr(setup, "HardwareMetricsSession", None)
+    noop_cls = getattr(collectors, "NoOpHardwareMetricsCollector", None)
+    if not (
+        isinstance(session_cls, type)
+        and isinstance(noop_cls, type)
+        and type(session) is session_cls
+        and "HARDWARE_METRICS_ENABLED" in vars(setup)
+        and _aitunes_own(get_default, setup, "get_default_collector")
+        and all(_aitunes_own(attr(session_cls, n), setup, f"HardwareMetricsSession.{n}") for n in _SESSION_CODE)
+        and all(_aitunes_own(attr(noop_cls, n), collectors, f"NoOpHardwareMetricsCollector.{n}") for n in _NOOP_CODE)
+        and _generic_first(_resolved(session_cls, "__getattribute__"))
+    ):
+        return None
+    return _MetricsPart(
+        session=session,
+        session_guard=_ClassGuard(session_cls, (*_SESSION_CODE, "__getattribute__")),
+        enabled=vars(setup)["HARDWARE_METRICS_ENABLED"],
+        noop_guard=_ClassGuard(noop_cls, _NOOP_CODE),
+        names=(
+            _NameGuard(vars(annotation), ("get_default_collector",)),
+            _NameGuard(vars(setup), ("_DEFAULT_SESSION", "HARDWARE_METRICS_ENABLED")),
+        ),
+    )
+
+
+_SESSION_CODE = ("get_collector", "_should_collect")  # what HardwareMetricsSession's no-op collector is read by
+_NOOP_CODE = ("start_scope", "end_scope")  # the no-op collector's methods, skipped
 
 _stock_infer: list[Any] = [None]  # stock's Backend.infer (AITune's, the same in every patched period)
 

@@ -23,6 +23,8 @@ INDUCTOR_JIT_BACKEND = "aitune.torch.backend.torch_inductor_jit_backend"
 JIT_MODULE = "aitune.torch.jit.patched_module"
 NVTX_ANNOTATION = "aitune.utils.monitoring.nvtx_annotation"
 HARDWARE_METRICS = "aitune.utils.monitoring.hardware_metrics_annotation"
+METRICS_SESSION = "aitune.utils.monitoring.setup_hardware_metrics"
+METRICS_COLLECTOR = "aitune.utils.monitoring.hardware_metrics.collector"
 BACKEND_CONTEXT = "aitune.utils.monitoring.context.backend_context"
 
 # where AITune defines the names the patch swaps for aitune_fast's objects of the same names
@@ -101,6 +103,7 @@ NATIVE_NAMES: dict[str, tuple[str, ...]] = {
     EAGER_BACKEND: ("_orig_module",),
     NVTX_ANNOTATION: ("nvtx", "_nvtx_annotation"),
     HARDWARE_METRICS: ("get_default_collector", "start_scope", "end_scope"),
+    METRICS_SESSION: ("get_collector", "_should_collect", "_runtime_enabled", "_noop_collector"),
     "torch.nn.modules.module": (
         "forward",
         "_call_impl",
