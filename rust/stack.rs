@@ -17,9 +17,16 @@ use std::cell::Cell;
 /// and raising the error; twice what CPython 3.14 keeps for its own calls (16 KiB).
 pub const STACK_MARGIN: usize = 32 * 1024;
 
+/// Bytes of C stack a tuned module's call must find left to take the native call path: below it
+/// the patch runs stock's code from its shims, which needs less of the stack a level (the path's
+/// Rust frames come on top of the Python calls it keeps). Ten nested tuned modules on CPython 3.11:
+/// stock returns on a 68 KiB thread (not on 64), the native path alone needs 80 KiB, with this
+/// fall back 72 (the shims' `*args, **kwargs` calls into stock's code add a C frame each).
+pub const PATH_STACK: usize = 256 * 1024;
+
 thread_local! {
-    /// (lowest address the stack may reach plus the margin, highest address); (0, 0) before the
-    /// first query, (1, 0) when the bounds are unknown (no address passes both tests).
+    /// (lowest address the stack may reach, highest address); (0, 0) before the first query,
+    /// (usize::MAX, 0) when the bounds are unknown (no address passes both tests).
     static BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
@@ -34,13 +41,19 @@ fn here() -> usize {
 /// are unknown): what [`check`] asks, for code that reports the refusal in its own error type.
 #[inline]
 pub fn room_left() -> bool {
-    let (limit, high) = match BOUNDS.try_with(Cell::get) {
+    room_for(STACK_MARGIN)
+}
+
+/// Whether the calling thread has at least `bytes` of stack left (or its bounds are unknown).
+#[inline]
+pub fn room_for(bytes: usize) -> bool {
+    let (low, high) = match BOUNDS.try_with(Cell::get) {
         Ok((0, 0)) => init(),
         Ok(b) => b,
         Err(_) => return true, // thread-locals being torn down: no bounds to check against
     };
     let sp = here();
-    !(sp < limit && sp <= high)
+    !(sp < low.saturating_add(bytes) && sp <= high)
 }
 
 /// `Err(RecursionError)` when the calling thread has less than [`STACK_MARGIN`] bytes of stack
@@ -73,8 +86,8 @@ pub fn exhausted_message(what: &str) -> String {
 #[inline(never)]
 fn init() -> (usize, usize) {
     let bounds = match stack_bounds() {
-        Some((low, high)) if high > low => (low.saturating_add(STACK_MARGIN), high),
-        _ => (1, 0),
+        Some((low, high)) if high > low => (low, high),
+        _ => (usize::MAX, 0),
     };
     let _ = BOUNDS.try_with(|b| b.set(bounds));
     bounds
@@ -139,6 +152,13 @@ mod tests {
             return level;
         }
         depth_reached(level + 1) + pad[level % 512] as usize
+    }
+
+    #[test]
+    fn room_for_more_than_the_stack_holds_is_refused() {
+        let (low, high) = stack_bounds().expect("stack bounds");
+        assert!(room_for(1024));
+        assert!(!room_for(high - low));
     }
 
     #[test]

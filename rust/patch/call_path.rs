@@ -13,6 +13,7 @@
 
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
@@ -25,6 +26,20 @@ use super::stats::{self, Outcome, Recording};
 use crate::api::describe_inputs;
 use crate::interp::interp;
 use crate::metadata::SampleMetadata;
+use crate::stack::{self, PATH_STACK};
+
+/// What an entry of the path returns, having done nothing, where the calling thread has less than
+/// [`PATH_STACK`] bytes of C stack left (`_core._SHORT_STACK`): its shim then runs stock's step,
+/// whose levels need less of the stack than the path's Rust frames on top of the same calls.
+static SHORT_STACK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `_core._SHORT_STACK`: an object of its own, never a value a call returns.
+pub fn short_stack(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let marker = SHORT_STACK.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.get_type::<PyAny>().call0()?.unbind())
+    })?;
+    Ok(marker.bind(py).clone())
+}
 
 /// The path: its parts as `_call_path` learned them (None where a part was not learned: its step
 /// runs stock's code). Frozen: a call in flight keeps the object it started with, and a part newly
@@ -229,6 +244,9 @@ impl CallPath {
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = proxy.py();
+        if !stack::room_for(PATH_STACK) {
+            return short_stack(py);
+        }
         let recording = Recording::start();
         let swap = part(&self.forward, "forward")?;
         // AITune's `Module` as learned (its `__getattribute__` generic first): its attributes read so
@@ -285,6 +303,9 @@ impl CallPath {
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if !stack::room_for(PATH_STACK) {
+            return short_stack(tuned.py());
+        }
         let Some(recording) = Recording::start() else {
             return self.tuned_call(tuned, args, kwargs, None);
         };
@@ -299,6 +320,21 @@ impl CallPath {
     /// then its `_infer` (stock TorchEager's inline: the module called with grad off).
     #[pyo3(signature = (backend, args, kwargs, /))]
     fn infer<'py>(
+        &self,
+        backend: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if !stack::room_for(PATH_STACK) {
+            return short_stack(backend.py());
+        }
+        self.backend_infer(backend, args, kwargs)
+    }
+}
+
+impl CallPath {
+    /// `Backend.infer`'s steps (`infer`).
+    fn backend_infer<'py>(
         &self,
         backend: &Bound<'py, PyAny>,
         args: &Bound<'py, PyTuple>,
@@ -500,7 +536,7 @@ impl CallPath {
                 && !has_own(&backend, intern!(py, "infer"))?
                 && !kwargs.contains(intern!(py, "_method"))?
             {
-                return self.infer(&backend, args, kwargs);
+                return self.backend_infer(&backend, args, kwargs);
             }
         }
         let infer = backend.getattr(intern!(py, "infer"))?;

@@ -214,6 +214,17 @@ def test_calls_on_small_stacks_return_as_stock(runs, mode):
     assert runs[mode]["tuned"]["small_stacks"] == stock
 
 
+def test_nested_tuned_modules_on_a_small_stack_return_as_stock(tmp_path):
+    """Ten nested tuned modules called on a thread with a 76 KiB stack return what stock returns (round six, item 9:
+    the native path's frames overflowed it, a SIGSEGV; with too little stack left it now runs stock's code)."""
+    out = run_script(CHILD, "nested", str(tmp_path), workdir=tmp_path, timeout=TIMEOUT_S)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    assert all("ok" in result for result in out["stock"]), out["stock"]
+    assert out["patched"] == out["stock"]
+    assert out["unpatched"] == out["stock"]
+
+
 @pytest.mark.parametrize("mode", FAST)
 def test_describe_is_kept_where_it_is_a_function_of_class_and_config(runs, mode):
     """TorchEager's and Inductor JIT's descriptions are kept (Inductor's config has AITune's own checking

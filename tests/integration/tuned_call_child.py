@@ -582,6 +582,56 @@ def inlined(workdir: str) -> dict:
     return out
 
 
+def nested(workdir: str) -> dict:
+    """Ten tuned modules, each one's forward calling the next, called on threads with 76 KiB C stacks (round six,
+    item 9; on CPython 3.11 stock's call needs 68 KiB, the native path's 80): each call's output or error, stock,
+    patched, and stock again (a call that overflowed the C stack would end this process instead)."""
+    import aitune.torch as ait
+    import aitune_fast
+    import torch
+
+    class Layer(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.inner = [inner]  # a list: not a submodule, so each tuned module stays its own
+
+        def forward(self, x):
+            y = self.lin(x)
+            inner = self.inner[0]
+            return y if inner is None else inner(y)
+
+    torch.manual_seed(0)
+    tuned = None
+    for depth in range(10):  # the innermost first
+        tuned = ait.Module(Layer(tuned).eval(), f"nested{depth}", strategy=quick_strategy(ait))
+    ait.tune(tuned, torch.randn(4), batch_sizes=[1, 2], device="cpu")  # tunes the modules it calls too
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+
+    def on_small_stack():
+        results: list = []
+
+        def three_calls():
+            with torch.no_grad():
+                results.extend(record(lambda: tuned(x)) for _ in range(3))
+
+        previous = threading.stack_size(76 * 1024)
+        try:
+            worker = threading.Thread(target=three_calls)
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+        worker.join()
+        return results
+
+    out = {"stock": on_small_stack()}
+    aitune_fast.patch_aitune()
+    out["patched"] = on_small_stack()
+    aitune_fast.unpatch_aitune()
+    out["unpatched"] = on_small_stack()
+    return out
+
+
 def learnt(workdir: str) -> dict:
     """What the patch learnt of AITune (its global context, the call path's parts) is owned by the patched period:
     there while patched, gone after ``unpatch_aitune()``, learnt afresh by the next ``patch_aitune()``."""
@@ -613,6 +663,9 @@ def main(mode: str, workdir: str) -> dict:
         return learnt(workdir)
     if mode == "wrapped":
         return wrapped(workdir)
+    if mode == "nested":
+        fake_nvtx()
+        return nested(workdir)
     if mode == "inlined":
         fake_nvtx()
         return inlined(workdir)

@@ -244,3 +244,27 @@ def test_the_describe_cache_keeps_signed_zeros_apart(zero):
     for value in (0.0, -0.0):
         cache.describe(_Backend(_Config(value)))  # type: ignore[arg-type]
     assert cache.describe(_Backend(_Config(zero))) == f"_Backend(level={zero})"  # type: ignore[arg-type]
+
+
+def test_an_entry_with_too_little_stack_left_does_nothing_and_says_so():
+    """On a thread with less C stack left than the native path may need, each entry of ``_CallPath`` returns
+    ``_SHORT_STACK`` before doing anything (its shim then runs stock's step); with room, it does its step (here: it
+    finds its part not learned)."""
+    path = _core._CallPath()
+    entries = (path.forward, path.call, path.infer)
+    results: list = []
+
+    def on_small_stack():
+        results.extend(entry(object(), (), {}) for entry in entries)
+
+    previous = threading.stack_size(128 * 1024)
+    try:
+        worker = threading.Thread(target=on_small_stack)
+        worker.start()
+    finally:
+        threading.stack_size(previous)
+    worker.join()
+    assert results == [_core._SHORT_STACK] * 3
+    for entry in entries:
+        with pytest.raises(RuntimeError, match="not learned"):
+            entry(object(), (), {})

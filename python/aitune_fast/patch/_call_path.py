@@ -41,6 +41,7 @@ from collections import OrderedDict
 from typing import Any, cast
 
 from aitune_fast._core import (
+    _SHORT_STACK,
     _BindCache,
     _BindPlan,
     _CallPath,
@@ -274,10 +275,13 @@ def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) 
     """``Module._forward``: the tuned (or recording, passthrough) wrapper called with the wrapped module's own
     ``forward`` and no hooks in place, both put back afterwards (:meth:`_core._CallPath.forward`)."""
     try:
-        return _NATIVE.forward(self, args, kwargs)
+        result = _NATIVE.forward(self, args, kwargs)
     except RuntimeError as error:  # a miss gets explain()'s note where configure(explain_misses=True)
         note_miss(self, args, kwargs, error)
         raise
+    if result is _SHORT_STACK:  # too little C stack left for the native path: stock's step, which needs less
+        return _stock_method(_names.WRAPPER_MODULE, "Module", "_forward")(self, wrapped, instance, args, kwargs)
+    return result
 
 
 def install_jit_swap(jit_module: Any) -> None:
@@ -373,10 +377,22 @@ def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``; any other
     function as it is): :meth:`_core._CallPath.call`."""
     try:
-        return _NATIVE.call(self, args, kwargs)
+        result = _NATIVE.call(self, args, kwargs)
     except RuntimeError as error:  # a miss gets explain()'s note where configure(explain_misses=True)
         note_miss(self, args, kwargs, error)
         raise
+    if result is _SHORT_STACK:
+        return _stock_method(_names.TUNED_MODULE, "TunedModule", "__call__")(self, *args, **kwargs)
+    return result
+
+
+def _stock_method(module_name: str, class_name: str, name: str) -> Any:
+    """Stock's function at `class_name.name` of AITune's module `module_name`: what the patch replaced (or, after an
+    unpatch, what is there again). For a shim called with too little C stack left for the native path
+    (``_core._SHORT_STACK``): stock's code, called from Python, needs less of the stack."""
+    cls = getattr(sys.modules[module_name], class_name)
+    original = REGISTRY.original(cls, name)
+    return vars(cls)[name] if original is None else original
 
 
 def _call_stock_steps(tuned: Any, args: tuple, kwargs: dict) -> Any:
@@ -545,7 +561,10 @@ def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Backend.infer``: its three decorators and its body in one step (:meth:`_core._CallPath.infer`)."""
     if "_method" in kwargs:  # stock's wrapper takes `_method` as its own keyword
         return _stock_infer[0](self, *args, **kwargs)
-    return _NATIVE.infer(self, args, kwargs)
+    result = _NATIVE.infer(self, args, kwargs)
+    if result is _SHORT_STACK:
+        return _stock_infer[0](self, *args, **kwargs)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- describe()
