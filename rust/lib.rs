@@ -54,7 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(walk::registry::_type_registry, m)?)?;
     m.add_function(wrap_pyfunction!(codec::safe_enums::_safe_enum_table, m)?)?;
     m.add("MAX_DEPTH", walk::traversal::MAX_DEPTH)?;
-    m.add("_SHORT_STACK", patch::short_stack(m.py())?)?;
+    m.add("_STOCK_STEP", patch::stock_step(m.py())?)?;
     m.add_function(wrap_pyfunction!(patch::_gc_objects_but_tuples, m)?)?;
     m.add_function(wrap_pyfunction!(patch::_frames_running, m)?)?;
     m.add_function(wrap_pyfunction!(patch::_still_running, m)?)?;

@@ -41,7 +41,7 @@ __all__ = [
     "_MetricsPart",
     "_ModuleCallPart",
     "MAX_DEPTH",
-    "_SHORT_STACK",
+    "_STOCK_STEP",
     "tensor_reader",
     "tensor_readers_available",
     "_force_tensor_reader",
@@ -51,9 +51,9 @@ __all__ = [
 
 MAX_DEPTH: int
 """The deepest nesting a walk accepts; deeper arguments raise ValueError."""
-_SHORT_STACK: object
-"""What an entry of ``_CallPath`` returns, having done nothing, where the calling thread has too little C stack left
-for the native path: its shim then runs stock's step."""
+_STOCK_STEP: object
+"""What an entry of ``_CallPath`` returns, having done nothing, where its shim is to run stock's step instead: its
+part is not learned, or the calling thread has too little C stack left for the native path."""
 
 def tensor_reader() -> Literal["dlpack", "stable_abi", "python"]:
     """The tensor reader in use, chosen on first call from ``AITUNE_FAST_TENSOR_READER`` (``auto``,

@@ -28,17 +28,24 @@ use crate::interp::interp;
 use crate::metadata::SampleMetadata;
 use crate::stack::{self, PATH_STACK};
 
-/// What an entry of the path returns, having done nothing, where the calling thread has less than
-/// [`PATH_STACK`] bytes of C stack left (`_core._SHORT_STACK`): its shim then runs stock's step,
-/// whose levels need less of the stack than the path's Rust frames on top of the same calls.
-static SHORT_STACK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+/// What an entry of the path returns, having done nothing, where its shim is to run stock's step
+/// instead (`_core._STOCK_STEP`): the entry's part is not learned (a shim kept past an unpatch
+/// meets the next period's path, or none), or the calling thread has less than [`PATH_STACK`]
+/// bytes of C stack left (stock's code, called from the shim, needs less of it a level than the
+/// path's Rust frames on top of the same calls).
+static STOCK_STEP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// `_core._SHORT_STACK`: an object of its own, never a value a call returns.
-pub fn short_stack(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    let marker = SHORT_STACK.get_or_try_init(py, || {
+/// `_core._STOCK_STEP`: an object of its own, never a value a call returns.
+pub fn stock_step(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let marker = STOCK_STEP.get_or_try_init(py, || {
         Ok::<_, PyErr>(py.get_type::<PyAny>().call0()?.unbind())
     })?;
     Ok(marker.bind(py).clone())
+}
+
+/// Whether an entry whose part is `part` runs: the part learned, and room on the stack.
+fn runs<T>(part: &Option<Py<T>>) -> bool {
+    part.is_some() && stack::room_for(PATH_STACK)
 }
 
 /// The path: its parts as `_call_path` learned them (None where a part was not learned: its step
@@ -55,8 +62,8 @@ pub struct CallPath {
     metrics: Option<Py<MetricsPart>>,
 }
 
-/// The part a step needs, or a RuntimeError naming it (its shim installed without it, which the
-/// install order never does).
+/// The part a step needs, or a RuntimeError naming it (a step reached without its part, which the
+/// entries' checks and the install order never let happen).
 fn part<'a, T>(value: &'a Option<Py<T>>, name: &str) -> PyResult<&'a T>
 where
     T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
@@ -244,8 +251,8 @@ impl CallPath {
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = proxy.py();
-        if !stack::room_for(PATH_STACK) {
-            return short_stack(py);
+        if !runs(&self.forward) {
+            return stock_step(py);
         }
         let recording = Recording::start();
         let swap = part(&self.forward, "forward")?;
@@ -303,8 +310,8 @@ impl CallPath {
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if !stack::room_for(PATH_STACK) {
-            return short_stack(tuned.py());
+        if !runs(&self.tuned) {
+            return stock_step(tuned.py());
         }
         let Some(recording) = Recording::start() else {
             return self.tuned_call(tuned, args, kwargs, None);
@@ -325,8 +332,8 @@ impl CallPath {
         args: &Bound<'py, PyTuple>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if !stack::room_for(PATH_STACK) {
-            return short_stack(backend.py());
+        if !runs(&self.infer) {
+            return stock_step(backend.py());
         }
         self.backend_infer(backend, args, kwargs)
     }

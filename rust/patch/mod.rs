@@ -19,7 +19,7 @@ mod stats;
 
 pub use bind_plan::BindPlan;
 pub use caches::{BindCache, DescribeCache};
-pub use call_path::{short_stack, CallPath};
+pub use call_path::{stock_step, CallPath};
 pub use guard::{ClassGuard, NameGuard};
 pub use live::{_frames_running, _gc_objects_but_tuples, _still_running};
 pub use parts::{

@@ -637,7 +637,6 @@ def learnt(workdir: str) -> dict:
     there while patched, gone after ``unpatch_aitune()``, learnt afresh by the next ``patch_aitune()``."""
     import aitune.torch  # noqa: F401
     import aitune_fast
-    from aitune_fast.patch import _call_path
     from aitune_fast.patch._state import state
 
     def seen():
@@ -648,12 +647,12 @@ def learnt(workdir: str) -> dict:
     out = {"before": seen()}
     aitune_fast.patch_aitune()
     out["patched"], first = seen(), state().context
-    native = _call_path._NATIVE
+    native = state().native
     aitune_fast.unpatch_aitune()
     out["unpatched"] = seen()
     aitune_fast.patch_aitune()
     out["repatched"] = seen()
-    out["afresh"] = [state().context is not first, _call_path._NATIVE is not native]
+    out["afresh"] = [state().context is not first, state().native is not native]
     aitune_fast.unpatch_aitune()
     return out
 

@@ -246,25 +246,26 @@ def test_the_describe_cache_keeps_signed_zeros_apart(zero):
     assert cache.describe(_Backend(_Config(zero))) == f"_Backend(level={zero})"  # type: ignore[arg-type]
 
 
-def test_an_entry_with_too_little_stack_left_does_nothing_and_says_so():
-    """On a thread with less C stack left than the native path may need, each entry of ``_CallPath`` returns
-    ``_SHORT_STACK`` before doing anything (its shim then runs stock's step); with room, it does its step (here: it
-    finds its part not learned)."""
-    path = _core._CallPath()
-    entries = (path.forward, path.call, path.infer)
+def test_an_entry_without_its_part_or_stack_does_nothing_and_says_so():
+    """Each entry of ``_CallPath`` returns ``_STOCK_STEP`` before doing anything (its shim then runs stock's step)
+    where its part is not learnt (a shim kept past an unpatch meets a path without it), and where its thread has less
+    C stack left than the native path may need; with its part and room, it does its step."""
+    empty = _core._CallPath()
+    assert [entry(object(), (), {}) for entry in (empty.forward, empty.call, empty.infer)] == [_core._STOCK_STEP] * 3
+
+    class Proxy:
+        def run(self) -> None: ...
+
+    guard = _core._ClassGuard(Proxy, ("run",))
+    path = _core._CallPath(forward=_core._ForwardPart(init_state=0, nn_setattr=0, stock_swap=0, guard=guard))
     results: list = []
-
-    def on_small_stack():
-        results.extend(entry(object(), (), {}) for entry in entries)
-
     previous = threading.stack_size(128 * 1024)
     try:
-        worker = threading.Thread(target=on_small_stack)
+        worker = threading.Thread(target=lambda: results.append(path.forward(object(), (), {})))
         worker.start()
     finally:
         threading.stack_size(previous)
     worker.join()
-    assert results == [_core._SHORT_STACK] * 3
-    for entry in entries:
-        with pytest.raises(RuntimeError, match="not learned"):
-            entry(object(), (), {})
+    assert results == [_core._STOCK_STEP]
+    with pytest.raises(AttributeError, match="_self_state"):  # it ran: it reads the proxy's state first
+        path.forward(object(), (), {})

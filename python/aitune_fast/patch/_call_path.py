@@ -41,7 +41,7 @@ from collections import OrderedDict
 from typing import Any, cast
 
 from aitune_fast._core import (
-    _SHORT_STACK,
+    _STOCK_STEP,
     _BindCache,
     _BindPlan,
     _CallPath,
@@ -61,7 +61,7 @@ from aitune_fast.patch import _names
 from aitune_fast.patch._objects import live_instances
 from aitune_fast.patch._quiescence import attr
 from aitune_fast.patch._registry import REGISTRY, Layer
-from aitune_fast.patch._state import state
+from aitune_fast.patch._state import CURRENT, state
 
 __all__ = [
     "CALL_CODE",
@@ -90,20 +90,14 @@ class _Refs:
 
 
 _refs = _Refs()
-# the native path (`_core._CallPath`, frozen): AITune's objects it uses and the Python steps it calls, given as each
-# part of the path is installed (install_*, learn_eager_infer); a call in flight keeps the object it started with
-# the native path (`_core._CallPath`, frozen), built from the parts the patch learnt (`learn_*`, kept on the state of
-# the patched period: an unpatch drops them, a patch after it learns afresh; a part not learned is None, and its step
-# runs stock's code): a part newly learned makes a new object; a call in flight keeps the one it started with
-_NATIVE: Any = _CallPath()
 
 
 def _into_native(**parts: Any) -> None:
-    """Give the native path these parts (with AITune's global context as the patch learnt it): a new object."""
-    global _NATIVE
-    learnt = state().call_path_parts
-    learnt.update(parts, context=learn_context())
-    _NATIVE = _CallPath(**learnt)
+    """Give the native path these parts (with AITune's global context as the patch learnt it): a new object, on the
+    state of the patched period (``State.native``)."""
+    now = state()
+    now.call_path_parts.update(parts, context=learn_context())
+    now.native = _CallPath(**now.call_path_parts)
 
 
 def learn_context() -> _ContextPart | None:
@@ -275,11 +269,11 @@ def _forward(self: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) 
     """``Module._forward``: the tuned (or recording, passthrough) wrapper called with the wrapped module's own
     ``forward`` and no hooks in place, both put back afterwards (:meth:`_core._CallPath.forward`)."""
     try:
-        result = _NATIVE.forward(self, args, kwargs)
+        result = CURRENT.state.native.forward(self, args, kwargs)
     except RuntimeError as error:  # a miss gets explain()'s note where configure(explain_misses=True)
         note_miss(self, args, kwargs, error)
         raise
-    if result is _SHORT_STACK:  # too little C stack left for the native path: stock's step, which needs less
+    if result is _STOCK_STEP:  # its part not learnt (a shim kept past an unpatch), or too little C stack left
         return _stock_method(_names.WRAPPER_MODULE, "Module", "_forward")(self, wrapped, instance, args, kwargs)
     return result
 
@@ -377,11 +371,11 @@ def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     (``safe_call_backend``: the backend whose key equals the call's metadata; ``call_unique_backend``; any other
     function as it is): :meth:`_core._CallPath.call`."""
     try:
-        result = _NATIVE.call(self, args, kwargs)
+        result = CURRENT.state.native.call(self, args, kwargs)
     except RuntimeError as error:  # a miss gets explain()'s note where configure(explain_misses=True)
         note_miss(self, args, kwargs, error)
         raise
-    if result is _SHORT_STACK:
+    if result is _STOCK_STEP:
         return _stock_method(_names.TUNED_MODULE, "TunedModule", "__call__")(self, *args, **kwargs)
     return result
 
@@ -389,7 +383,7 @@ def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
 def _stock_method(module_name: str, class_name: str, name: str) -> Any:
     """Stock's function at `class_name.name` of AITune's module `module_name`: what the patch replaced (or, after an
     unpatch, what is there again). For a shim called with too little C stack left for the native path
-    (``_core._SHORT_STACK``): stock's code, called from Python, needs less of the stack."""
+    (``_core._STOCK_STEP``): stock's code, called from Python, needs less of the stack."""
     cls = getattr(sys.modules[module_name], class_name)
     original = REGISTRY.original(cls, name)
     return vars(cls)[name] if original is None else original
@@ -511,7 +505,6 @@ def install_infer(backend_module: Any) -> None:
     if part is None:
         return
     _into_native(infer=part, metrics=learn_metrics())
-    _stock_infer[0] = part.stock
     REGISTRY.replace_function(Layer.CALL_PATH, backend_module.Backend, "infer", _infer)
 
 
@@ -554,16 +547,13 @@ def learn_metrics() -> _MetricsPart | None:
 _SESSION_CODE = ("get_collector", "_should_collect")  # what HardwareMetricsSession's no-op collector is read by
 _NOOP_CODE = ("start_scope", "end_scope")  # the no-op collector's methods, skipped
 
-_stock_infer: list[Any] = [None]  # stock's Backend.infer (AITune's, the same in every patched period)
-
 
 def _infer(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Backend.infer``: its three decorators and its body in one step (:meth:`_core._CallPath.infer`)."""
-    if "_method" in kwargs:  # stock's wrapper takes `_method` as its own keyword
-        return _stock_infer[0](self, *args, **kwargs)
-    result = _NATIVE.infer(self, args, kwargs)
-    if result is _SHORT_STACK:
-        return _stock_infer[0](self, *args, **kwargs)
+    # stock's wrapper takes `_method` as its own keyword
+    result = _STOCK_STEP if "_method" in kwargs else CURRENT.state.native.infer(self, args, kwargs)
+    if result is _STOCK_STEP:
+        return _stock_method(_names.BACKEND, "Backend", "infer")(self, *args, **kwargs)
     return result
 
 
@@ -773,4 +763,5 @@ def call_steps() -> dict[str, Any]:
     kwargs`), ``binder`` (`signature, args, kwargs` -> the plan (`_BindPlan`) of that call shape, or None) and
     ``infer_body`` (``Backend.infer``: `backend, args, kwargs`)."""
     tuned = state().call_path_parts["tuned"]
-    return {"forward": _forward, "call": _NATIVE.call, "binder": tuned.binder.plan, "infer_body": _NATIVE.infer}
+    native = state().native
+    return {"forward": _forward, "call": native.call, "binder": tuned.binder.plan, "infer_body": native.infer}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any, NamedTuple
 
+from aitune_fast._core import _CallPath
+
 # the switch lock, for the life of the process: held by a switch from start to end, by the call-path toggle and by
 # hooked imports
 LOCK = threading.RLock()
@@ -38,6 +40,10 @@ class State:
         self.views: list[Any] = []  # modules whose class is _ImportView now
         self.context: LearntContext | None = None  # AITune's global context, once its module loaded
         self.call_path_parts: dict[str, Any] = {}  # the parts of the native call path learnt (`_call_path`)
+        # the native call path built from them (frozen: a part newly learnt makes a new one; a call in flight keeps
+        # the one it started with). With none learnt, its entries answer `_STOCK_STEP`: a shim kept past an unpatch
+        # runs stock's step
+        self.native = _CallPath()
 
 
 class _Current:
