@@ -14,7 +14,7 @@ use pyo3::types::{PyDict, PyFloat, PyFrozenSet, PyInt, PyTuple, PyType};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::BindPlan;
-use super::guard::{has_own, instance_dict, ClassGuard};
+use super::guard::{has_any_own, has_own, ClassGuard};
 use super::stats;
 
 /// Call shapes kept per forward signature.
@@ -191,7 +191,7 @@ impl DescribeCache {
             .unwrap_or_else(|| py.None().into_bound(py));
         // a function its description calls set on the object itself: not what its class says
         if has_own(backend, intern!(py, "describe"))?
-            || overridden(&config, self.config_functions.bind(py))?
+            || has_any_own(&config, self.config_functions.bind(py))?
         {
             return call();
         }
@@ -288,22 +288,6 @@ fn guards_hold(guards: &Bound<'_, PyAny>) -> PyResult<bool> {
         }
     }
     Ok(true)
-}
-
-/// Whether `config` has one of `functions` (the names its description calls) set on itself.
-fn overridden(config: &Bound<'_, PyAny>, functions: &Bound<'_, PyTuple>) -> PyResult<bool> {
-    let Some(namespace) = instance_dict(config)? else {
-        return Ok(false);
-    };
-    if namespace.is_empty() {
-        return Ok(false);
-    }
-    for name in functions.iter() {
-        if namespace.contains(name)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// `values` with each float zero paired with its sign: `0.0` and `-0.0` are equal keys but print

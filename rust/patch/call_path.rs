@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::{BoundCall, Unbound};
-use super::guard::{generic_attr, has_own, ClassGuard, NameGuard};
+use super::guard::{generic_attr, has_any_own, has_own, ClassGuard, NameGuard};
 use super::parts::{
     ContextPart, EagerPart, ForwardPart, InferPart, MetricsPart, ModuleCallPart, TunedCallPart,
 };
@@ -401,7 +401,7 @@ fn new_ordered_dict(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 /// copy reads), a new empty one.
 fn ordered_copy<'py>(hooks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = hooks.py();
-    if empty_dict(Some(hooks.clone()))? {
+    if empty_dict(Some(hooks))? {
         return new_ordered_dict(py);
     }
     interp(py)?.ordered_dict.bind(py).call1((hooks,))
@@ -688,8 +688,10 @@ fn metrics_off(part: &MetricsPart, py: Python<'_>) -> PyResult<bool> {
     let session = part.session.bind(py);
     if !all_hold(py, part.names.bind(py))?
         || !part.session_guard.get().holds_for(session)?
-        || has_own(session, intern!(py, "get_collector"))?
-        || has_own(session, intern!(py, "_should_collect"))?
+        || has_any_own(
+            session,
+            [intern!(py, "get_collector"), intern!(py, "_should_collect")],
+        )?
     {
         return Ok(false);
     }
@@ -704,8 +706,10 @@ fn metrics_off(part: &MetricsPart, py: Python<'_>) -> PyResult<bool> {
     }
     let collector = generic_attr(session, intern!(py, "_noop_collector"))?;
     Ok(part.noop_guard.get().holds_for(&collector)?
-        && !has_own(&collector, intern!(py, "start_scope"))?
-        && !has_own(&collector, intern!(py, "end_scope"))?)
+        && !has_any_own(
+            &collector,
+            [intern!(py, "start_scope"), intern!(py, "end_scope")],
+        )?)
 }
 
 /// Whether `backend`'s `_infer` is stock TorchEager's, not hidden by its own, with `torch.no_grad`
@@ -800,7 +804,7 @@ impl CallPath {
 }
 
 /// Whether `value` is an empty dict or `OrderedDict` (exactly: a subclass's truth may be its own).
-fn empty_dict(value: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+fn empty_dict(value: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
     let Some(value) = value else {
         return Ok(false);
     };
@@ -847,7 +851,7 @@ fn calls_forward_only(torch_call: &ModuleCallPart, module: &Bound<'_, PyAny>) ->
         (globals, intern!(py, "_global_forward_pre_hooks")),
     ];
     for (dict, name) in hooks {
-        if !empty_dict(dict.get_item(name)?)? {
+        if !empty_dict(dict.get_item(name)?.as_ref())? {
             return Ok(false);
         }
     }

@@ -98,10 +98,29 @@ pub fn generic_attr<'py>(
 /// Whether `name` is set on `obj` itself (its instance dict), hiding its class's attribute: a step
 /// done in place of a method is not what a call of that object does.
 pub fn has_own(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<bool> {
-    match instance_dict(obj)? {
-        Some(dict) => dict.contains(name),
-        None => Ok(false),
+    has_any_own(obj, [name])
+}
+
+/// Whether any of `names` is set on `obj` itself (`has_own` of each, the instance dict read once).
+pub fn has_any_own<'py, N>(
+    obj: &Bound<'py, PyAny>,
+    names: impl IntoIterator<Item = N>,
+) -> PyResult<bool>
+where
+    N: IntoPyObject<'py>,
+{
+    let Some(namespace) = instance_dict(obj)? else {
+        return Ok(false);
+    };
+    if namespace.is_empty() {
+        return Ok(false);
     }
+    for name in names {
+        if namespace.contains(name)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A class and the functions (or other attributes) it held under some names when a step was

@@ -268,25 +268,23 @@ def describe_overrides(torch, m, x, backend):
     return logs
 
 
+def on_stack(kib, call):
+    """Three calls of `call` on a thread with a `kib` KiB C stack: each call's output or error."""
+    results: list = []
+    previous = threading.stack_size(kib * 1024)
+    try:
+        worker = threading.Thread(target=lambda: results.extend(record(call) for _ in range(3)))
+        worker.start()
+    finally:
+        threading.stack_size(previous)
+    worker.join()
+    return results
+
+
 def small_stacks(m, x):
     """Three calls on threads with small C stacks (36 and 40 KiB: stock's whole call fits; round six, item 9), each
     call's output or error."""
-    out = {}
-    for kib in (36, 40):
-        results: list = []
-
-        def three_calls(out=results):
-            out.extend(record(lambda: m(x)) for _ in range(3))
-
-        previous = threading.stack_size(kib * 1024)
-        try:
-            worker = threading.Thread(target=three_calls)
-            worker.start()
-        finally:
-            threading.stack_size(previous)
-        worker.join()
-        out[kib] = results
-    return out
+    return {kib: on_stack(kib, lambda: m(x)) for kib in (36, 40)}
 
 
 def describe_kept():
@@ -608,21 +606,12 @@ def nested(workdir: str) -> dict:
     ait.tune(tuned, torch.randn(4), batch_sizes=[1, 2], device="cpu")  # tunes the modules it calls too
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
 
+    def call():
+        with torch.no_grad():
+            return tuned(x)
+
     def on_small_stack():
-        results: list = []
-
-        def three_calls():
-            with torch.no_grad():
-                results.extend(record(lambda: tuned(x)) for _ in range(3))
-
-        previous = threading.stack_size(76 * 1024)
-        try:
-            worker = threading.Thread(target=three_calls)
-            worker.start()
-        finally:
-            threading.stack_size(previous)
-        worker.join()
-        return results
+        return on_stack(76, call)
 
     out = {"stock": on_small_stack()}
     aitune_fast.patch_aitune()

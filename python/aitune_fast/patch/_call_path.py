@@ -382,8 +382,8 @@ def _tuned_call(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _stock_method(module_name: str, class_name: str, name: str) -> Any:
     """Stock's function at `class_name.name` of AITune's module `module_name`: what the patch replaced (or, after an
-    unpatch, what is there again). For a shim called with too little C stack left for the native path
-    (``_core._STOCK_STEP``): stock's code, called from Python, needs less of the stack."""
+    unpatch, what is there again). For a shim whose native entry answered ``_core._STOCK_STEP`` (its part not learnt,
+    or too little C stack left: stock's code, called from Python, needs less of it)."""
     cls = getattr(sys.modules[module_name], class_name)
     original = REGISTRY.original(cls, name)
     return vars(cls)[name] if original is None else original
