@@ -4,12 +4,13 @@ and without AITune: each says "changed" for every kind of change, and "unchanged
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import types
 
 import pytest
 from aitune_fast import _core
-from aitune_fast.patch import _call_path
+from aitune_fast.patch import _call_path, _names, _state
 
 
 def _module(**names: object) -> types.ModuleType:
@@ -269,3 +270,25 @@ def test_an_entry_without_its_part_or_stack_does_nothing_and_says_so():
     assert results == [_core._STOCK_STEP]
     with pytest.raises(AttributeError, match="_self_state"):  # it ran: it reads the proxy's state first
         path.forward(object(), (), {})
+
+
+def test_a_jit_swap_shim_without_the_patchs_state_runs_stocks_method(monkeypatch):
+    """``PatchedModule``'s swap shims read what they use from the patched period's state; a shim called without it
+    (kept past an unpatch, or where the module's class has its own ``__setattr__``) calls the class's own method."""
+    calls: list = []
+
+    class PatchedModule:
+        def _restore_original_forward(self) -> None:
+            calls.append(("restore", self))
+
+        def _proxy_forward(self) -> None:
+            calls.append(("proxy", self))
+
+    jit_module = types.ModuleType(_names.JIT_MODULE)
+    jit_module.PatchedModule = PatchedModule  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, _names.JIT_MODULE, jit_module)
+    assert _state.state().path_refs.nn_setattr is None  # the pytest process is not patched
+    proxy = types.SimpleNamespace(__wrapped__=types.SimpleNamespace())
+    assert _call_path._jit_restore(proxy) is None and _call_path._jit_proxy(proxy) is None
+    assert calls == [("restore", proxy), ("proxy", proxy)]
+

@@ -77,21 +77,6 @@ __all__ = [
 _MAX_NVTX = 1024  # nvtx annotate objects kept, one per range message
 
 
-class _Refs:
-    """AITune's objects the Python steps of the path use (the native path's are in its parts), looked up when
-    their modules load."""
-
-    eager_describe: Any = None  # stock's TorchEagerBackend.describe: the form of describe() the cache may keep
-    config_functions: Any = None  # BackendConfig's own functions of _CONFIG_FUNCTIONS, as AITune defines them
-    jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
-    jit_restore: Any = None  # stock's PatchedModule._restore_original_forward
-    jit_proxy: Any = None  # stock's PatchedModule._proxy_forward
-    nn_setattr: Any = None  # nn.Module.__setattr__: the JIT swap writes __dict__ only under it
-
-
-_refs = _Refs()
-
-
 def _into_native(**parts: Any) -> None:
     """Give the native path these parts (with AITune's global context as the patch learnt it): a new object, on the
     state of the patched period (``State.native``)."""
@@ -289,10 +274,9 @@ def install_jit_swap(jit_module: Any) -> None:
         for name in ("_proxy_forward", "_restore_original_forward")
     ):
         return  # absent, or a wrapper put on it before the patch: stock's swap runs it
-    _refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
-    _refs.jit_decorator = jit_module.wrapt.decorator
-    _refs.jit_restore = attr(patched_cls, "_restore_original_forward")
-    _refs.jit_proxy = attr(patched_cls, "_proxy_forward")
+    refs = state().path_refs
+    refs.nn_setattr = sys.modules["torch"].nn.Module.__setattr__
+    refs.jit_decorator = jit_module.wrapt.decorator
     REGISTRY.replace_function(Layer.CALL_PATH, patched_cls, "_restore_original_forward", _jit_restore)
     REGISTRY.replace_function(Layer.CALL_PATH, patched_cls, "_proxy_forward", _jit_proxy)
 
@@ -302,8 +286,8 @@ def _jit_restore(self: Any) -> None:
     (as copies, as stock keeps them) to put back; written into the wrapped module's ``__dict__`` where its class
     keeps ``nn.Module.__setattr__`` (which stores these plain values there)."""
     inner = self.__wrapped__
-    if type(inner).__setattr__ is not _refs.nn_setattr:
-        return _refs.jit_restore(self)
+    if type(inner).__setattr__ is not CURRENT.state.path_refs.nn_setattr:  # or a shim kept past an unpatch
+        return _stock_method(_names.JIT_MODULE, "PatchedModule", "_restore_original_forward")(self)
     state = inner.__dict__
     self._current_forward_pre_hooks = OrderedDict(state["_forward_pre_hooks"])
     self._current_forward_hooks = OrderedDict(state["_forward_hooks"])
@@ -316,11 +300,12 @@ def _jit_restore(self: Any) -> None:
 def _jit_proxy(self: Any) -> None:
     """``PatchedModule._proxy_forward``: the hooks back and a new routing wrapper at ``forward`` (as stock makes)."""
     inner = self.__wrapped__
-    if type(inner).__setattr__ is not _refs.nn_setattr:
-        return _refs.jit_proxy(self)
+    refs = CURRENT.state.path_refs
+    if type(inner).__setattr__ is not refs.nn_setattr:  # or a shim kept past an unpatch
+        return _stock_method(_names.JIT_MODULE, "PatchedModule", "_proxy_forward")(self)
     state = inner.__dict__
     state["_forward_pre_hooks"] = self._current_forward_pre_hooks
-    state["forward"] = _refs.jit_decorator(self._forward_router)(self._original_forward)
+    state["forward"] = refs.jit_decorator(self._forward_router)(self._original_forward)
     state["_forward_hooks"] = self._current_forward_hooks
     return None
 
@@ -600,7 +585,7 @@ _CHECKING_POST_INITS = {_names.INDUCTOR_JIT_BACKEND: "TorchInductorJitBackendCon
 def _checks_only(post_init: Any) -> bool:
     """Whether a config's ``__post_init__`` is none, BackendConfig's, or one of :data:`_CHECKING_POST_INITS` as
     AITune defines it (not a subclass's or a user's, which might count or log the configs made)."""
-    if post_init is None or post_init is _refs.config_functions[3]:
+    if post_init is None or post_init is state().path_refs.config_functions[3]:
         return True
     module_name = getattr(post_init, "__module__", None)
     if type(module_name) is not str or module_name not in _CHECKING_POST_INITS:
@@ -628,8 +613,9 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
     import operator
 
     describe: Any = getattr(backend_cls, "describe", None)
-    template = _refs.eager_describe
-    if _refs.config_functions is None or template is None or not dataclasses.is_dataclass(config_cls):
+    refs = state().path_refs
+    template = refs.eager_describe
+    if refs.config_functions is None or template is None or not dataclasses.is_dataclass(config_cls):
         return None
     code = getattr(describe, "__code__", None)
     if (
@@ -644,7 +630,7 @@ def _field_getter(backend_cls: type, config_cls: type) -> Any:
     ):
         return None
     functions = _config_functions(config_cls)
-    if functions[:3] != _refs.config_functions[:3] or not _checks_only(functions[3]):
+    if functions[:3] != refs.config_functions[:3] or not _checks_only(functions[3]):
         return None
     fields = dataclasses.fields(config_cls)
     # a default made by a factory may differ from call to call (`default_factory=torch.get_default_dtype`), and
@@ -670,8 +656,9 @@ def learn_eager_infer(eager_module: Any) -> None:
         and config_functions[0] is not None
         and all(f is None or _aitunes_own(f, backend_module, f"BackendConfig.{f.__name__}") for f in config_functions)
     ):
-        _refs.eager_describe = describe
-        _refs.config_functions = config_functions
+        refs = state().path_refs
+        refs.eager_describe = describe
+        refs.config_functions = config_functions
     if _aitunes_own(infer, eager_module, "TorchEagerBackend._infer"):
         torch = sys.modules["torch"]
         guards = _grad_guards(torch)

@@ -23,6 +23,17 @@ class LearntContext(NamedTuple):
     backend_key: str
 
 
+class PathRefs:
+    """AITune's objects the Python steps of the call path use (the native path's are in its parts), learnt when
+    their modules load while patched (`_call_path.install_jit_swap`, `learn_eager_infer`)."""
+
+    def __init__(self) -> None:
+        self.eager_describe: Any = None  # stock's TorchEagerBackend.describe: the describe() the cache may keep
+        self.config_functions: Any = None  # BackendConfig's own functions of _CONFIG_FUNCTIONS, as AITune has them
+        self.jit_decorator: Any = None  # wrapt.decorator as AITune's JIT module uses it
+        self.nn_setattr: Any = None  # nn.Module.__setattr__: the JIT swap writes __dict__ only under it
+
+
 class State:
     """One patched period (or the unpatched world between two), put in place and taken away by a journaled step of
     the switch."""
@@ -39,6 +50,7 @@ class State:
         self.importing = 0  # hooked imports running (all threads)
         self.views: list[Any] = []  # modules whose class is _ImportView now
         self.context: LearntContext | None = None  # AITune's global context, once its module loaded
+        self.path_refs = PathRefs()  # what the call path's Python steps use (`_call_path`)
         self.call_path_parts: dict[str, Any] = {}  # the parts of the native call path learnt (`_call_path`)
         # the native call path built from them (frozen: a part newly learnt makes a new one; a call in flight keeps
         # the one it started with). With none learnt, its entries answer `_STOCK_STEP`: a shim kept past an unpatch
