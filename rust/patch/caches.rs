@@ -6,7 +6,11 @@
 //! whether a pair of classes' descriptions may be kept.
 //!
 //! Both hold their entries in Python dicts, changed only while the GIL is held, never across a
-//! call into Python: a `__del__` run by an entry's release may itself make a tuned call.
+//! call into Python: a `__del__` run by an entry's release may itself make a tuned call. The
+//! describe cache's memo of its last answers is a Rust list under a lock held for no call into
+//! Python and no release of a Python object, for the same reason.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyRecursionError;
 use pyo3::prelude::*;
@@ -23,6 +27,8 @@ pub const MAX_SHAPES: usize = 64;
 pub const MAX_SIGNATURES: usize = 1024;
 /// Backend descriptions kept, by backend class, config class and config values.
 pub const MAX_DESCRIPTIONS: usize = 4096;
+/// Descriptions remembered with the very objects their config held (`DescribeCache`'s memo).
+pub const MEMO_SLOTS: usize = 4;
 
 /// The plans (`_BindPlan`) of the call shapes that repeat, per forward signature: a shape's first
 /// call binds as stock does (compiling costs more than one stock bind), its second compiles it.
@@ -147,7 +153,9 @@ impl BindCache {
 /// with its type: `True`, `1` and `1.0` are equal keys but print apart). `decide(backend_cls,
 /// config_cls)` says whether a pair of classes may be kept: `(guards, getter)`, where `guards`
 /// (None: nothing to watch) says the functions the decision read are still in place, and `getter`
-/// (None: call `describe()` every time) gives a config's field values.
+/// (None: call `describe()` every time) gives a config's field values. A call whose config holds
+/// the very objects one of the last few calls' configs held gets that call's description without
+/// the key being built.
 #[pyclass(module = "aitune_fast._core", name = "_DescribeCache", frozen)]
 pub struct DescribeCache {
     decide: Py<PyAny>,
@@ -160,6 +168,29 @@ pub struct DescribeCache {
     decisions: Py<PyDict>,
     /// `((backend_cls, config_cls), value types, values)` -> the description
     descriptions: Py<PyDict>,
+    /// the descriptions last given, newest first, at most `MEMO_SLOTS`: a config whose fields hold
+    /// the same objects as one of these gets its description without the key being built. Emptied
+    /// with `descriptions`. Locked only to copy an entry in or out (never across a call into
+    /// Python; what it drops is dropped after the lock is let go, as a `__del__` may call here).
+    memo: Mutex<Vec<Arc<Remembered>>>,
+}
+
+/// A description given, with what it was given for: the classes, the decision that let it be kept
+/// (`guards`, `getter`) and the config's field values (the objects themselves).
+struct Remembered {
+    backend_cls: Py<PyType>,
+    config_cls: Py<PyType>,
+    decision: Decision,
+    values: Py<PyTuple>,
+    description: Py<PyAny>,
+}
+
+/// `decide`'s answer for a pair of classes.
+struct Decision {
+    /// None, or a tuple of `_ClassGuard`s watching the functions the decision read
+    guards: Py<PyAny>,
+    /// None (describe every call), or a function giving a config's field values as a tuple
+    getter: Py<PyAny>,
 }
 
 #[pymethods]
@@ -179,6 +210,7 @@ impl DescribeCache {
             immutable,
             decisions: PyDict::new(py).unbind(),
             descriptions: PyDict::new(py).unbind(),
+            memo: Mutex::new(Vec::new()),
         }
     }
 
@@ -195,18 +227,82 @@ impl DescribeCache {
         {
             return call();
         }
-        let kind = PyTuple::new(py, [backend.get_type(), config.get_type()])?;
-        let Some(getter) = self.getter(&kind)? else {
+        let (backend_cls, config_cls) = (backend.get_type(), config.get_type());
+        let mut remembered = self.remembered(&backend_cls, &config_cls);
+        let decision = match remembered.first() {
+            Some(first) if guards_hold(first.decision.guards.bind(py))? => Decision {
+                guards: first.decision.guards.clone_ref(py),
+                getter: first.decision.getter.clone_ref(py),
+            },
+            _ => {
+                remembered.clear(); // what a function replaced since made them is not used
+                self.decision(&backend_cls, &config_cls)?
+            }
+        };
+        let getter = decision.getter.bind(py);
+        if getter.is_none() {
+            return call();
+        }
+        let values = getter.call1((&config,))?.cast_into::<PyTuple>()?;
+        if let Some(same) = remembered
+            .iter()
+            .find(|r| same_objects(&values, r.values.bind(py)))
+        {
+            return Ok(same.description.bind(py).clone());
+        }
+        let Some(description) = self.kept(&backend_cls, &config_cls, &values, call)? else {
             return call();
         };
-        let values = getter.call1((&config,))?.cast_into::<PyTuple>()?;
+        self.remember(Remembered {
+            backend_cls: backend_cls.unbind(),
+            config_cls: config_cls.unbind(),
+            decision,
+            values: values.unbind(),
+            description: description.clone().unbind(),
+        });
+        Ok(description)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.decide)?;
+        visit.call(&self.config_functions)?;
+        visit.call(&self.immutable)?;
+        visit.call(&self.decisions)?;
+        visit.call(&self.descriptions)?;
+        // a memo being copied now (another thread) is skipped: what it holds then looks held from
+        // outside, which keeps it alive (never the other way round)
+        if let Ok(memo) = self.memo.try_lock() {
+            for remembered in memo.iter() {
+                visit.call(&remembered.backend_cls)?;
+                visit.call(&remembered.config_cls)?;
+                visit.call(&remembered.decision.guards)?;
+                visit.call(&remembered.decision.getter)?;
+                visit.call(&remembered.values)?;
+                visit.call(&remembered.description)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DescribeCache {
+    /// The description kept for these classes and field values, looked up, or made by `call` and
+    /// kept; None where a value is not of an immutable type (nothing is kept then).
+    fn kept<'py>(
+        &self,
+        backend_cls: &Bound<'py, PyType>,
+        config_cls: &Bound<'py, PyType>,
+        values: &Bound<'py, PyTuple>,
+        call: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = values.py();
         let immutable = self.immutable.bind(py);
         let mut value_types = Vec::with_capacity(values.len());
         let mut float_zero = false;
         for value in values.iter() {
             let kind = value.get_type();
             if !immutable.contains(&kind)? {
-                return call();
+                return Ok(None);
             }
             float_zero |= value
                 .cast_exact::<PyFloat>()
@@ -214,10 +310,11 @@ impl DescribeCache {
             value_types.push(kind);
         }
         let values = if float_zero {
-            signed_zeros(&values)?
+            signed_zeros(values)?
         } else {
-            values
+            values.clone()
         };
+        let kind = PyTuple::new(py, [backend_cls, config_cls])?;
         let key = PyTuple::new(
             py,
             [
@@ -228,52 +325,87 @@ impl DescribeCache {
         )?;
         let descriptions = self.descriptions.bind(py);
         if let Some(description) = descriptions.get_item(&key)? {
-            return Ok(description);
+            return Ok(Some(description));
         }
         let description = call()?;
         if descriptions.len() >= MAX_DESCRIPTIONS {
-            descriptions.clear();
+            self.forget(py);
         }
         descriptions.set_item(key, &description)?;
-        Ok(description)
+        Ok(Some(description))
     }
 
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.decide)?;
-        visit.call(&self.config_functions)?;
-        visit.call(&self.immutable)?;
-        visit.call(&self.decisions)?;
-        visit.call(&self.descriptions)
+    /// The decision for `(backend_cls, config_cls)`: made by `decide` where none was, or where a
+    /// function it read was replaced since (which also drops every kept description).
+    fn decision(
+        &self,
+        backend_cls: &Bound<'_, PyType>,
+        config_cls: &Bound<'_, PyType>,
+    ) -> PyResult<Decision> {
+        let py = backend_cls.py();
+        let kind = PyTuple::new(py, [backend_cls, config_cls])?;
+        let decisions = self.decisions.bind(py);
+        let decided = match decisions.get_item(&kind)? {
+            Some(decided) if guards_hold(&decided.cast::<PyTuple>()?.get_item(0)?)? => decided,
+            kept => {
+                if kept.is_some() {
+                    self.forget(py);
+                }
+                let decided = self.decide.bind(py).call1((backend_cls, config_cls))?;
+                decisions.set_item(&kind, &decided)?;
+                decided
+            }
+        };
+        let decided = decided.cast_into::<PyTuple>()?;
+        Ok(Decision {
+            guards: decided.get_item(0)?.unbind(),
+            getter: decided.get_item(1)?.unbind(),
+        })
+    }
+
+    /// The remembered descriptions of this pair of classes, newest first (copies: the lock is let
+    /// go before anything is called).
+    fn remembered(
+        &self,
+        backend_cls: &Bound<'_, PyType>,
+        config_cls: &Bound<'_, PyType>,
+    ) -> Vec<Arc<Remembered>> {
+        self.memo()
+            .iter()
+            .filter(|r| r.backend_cls.is(backend_cls) && r.config_cls.is(config_cls))
+            .cloned()
+            .collect()
+    }
+
+    /// `remembered` first in the memo; the oldest past `MEMO_SLOTS` dropped (after the lock).
+    fn remember(&self, remembered: Remembered) {
+        let remembered = Arc::new(remembered);
+        let dropped = {
+            let mut memo = self.memo();
+            memo.insert(0, remembered);
+            let kept = memo.len().min(MEMO_SLOTS);
+            memo.split_off(kept)
+        };
+        drop(dropped);
+    }
+
+    /// Every kept description dropped, and the memo with them (after the lock).
+    fn forget(&self, py: Python<'_>) {
+        self.descriptions.bind(py).clear();
+        let dropped = std::mem::take(&mut *self.memo());
+        drop(dropped);
+    }
+
+    /// The memo, locked. No lock is held across a call into Python or a drop of a Python object,
+    /// so a wait here is short; a panic while it was held left it whole (each change is one step).
+    fn memo(&self) -> MutexGuard<'_, Vec<Arc<Remembered>>> {
+        self.memo.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl DescribeCache {
-    /// The decision for `(backend_cls, config_cls)`, made by `decide` where none was, or where a
-    /// function it read was replaced since (which also drops every kept description).
-    fn decision<'py>(&self, kind: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyTuple>> {
-        let py = kind.py();
-        let decisions = self.decisions.bind(py);
-        if let Some(decided) = decisions.get_item(kind)? {
-            let decided = decided.cast_into::<PyTuple>()?;
-            if guards_hold(&decided.get_item(0)?)? {
-                return Ok(decided);
-            }
-            self.descriptions.bind(py).clear();
-        }
-        let decided = self
-            .decide
-            .bind(py)
-            .call1((kind.get_item(0)?, kind.get_item(1)?))?
-            .cast_into::<PyTuple>()?;
-        decisions.set_item(kind, &decided)?;
-        Ok(decided)
-    }
-
-    /// The field getter of the decision for `kind`, or None where descriptions are not kept.
-    fn getter<'py>(&self, kind: &Bound<'py, PyTuple>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let getter = self.decision(kind)?.get_item(1)?;
-        Ok((!getter.is_none()).then_some(getter))
-    }
+/// Whether two tuples hold the very same objects, in order.
+fn same_objects(values: &Bound<'_, PyTuple>, kept: &Bound<'_, PyTuple>) -> bool {
+    values.len() == kept.len() && values.iter().zip(kept.iter()).all(|(a, b)| a.is(&b))
 }
 
 /// Whether `guards` (None, or a tuple of `_ClassGuard`s) all hold.

@@ -292,3 +292,19 @@ def test_a_jit_swap_shim_without_the_patchs_state_runs_stocks_method(monkeypatch
     assert _call_path._jit_restore(proxy) is None and _call_path._jit_proxy(proxy) is None
     assert calls == [("restore", proxy), ("proxy", proxy)]
 
+
+def test_the_describe_cache_follows_a_config_changed_in_place():
+    """A description is given again without its key only for a config holding the very objects it was made from:
+    a field set to another value (an equal one of another type too) is described anew; more configs than the memo
+    keeps alternate with the right descriptions."""
+    cache = _describe_cache([])
+    backend = _Backend(_Config(1))
+    assert cache.describe(backend) == "_Backend(level=1)"
+    backend._config.level = 2
+    assert cache.describe(backend) == "_Backend(level=2)"
+    backend._config.level = True
+    assert cache.describe(backend) == "_Backend(level=True)"
+    backends = [_Backend(_Config(f"v{i}")) for i in range(6)]
+    for _ in range(3):
+        assert [cache.describe(b) for b in backends] == [f"_Backend(level=v{i})" for i in range(6)]
+    assert sum(b.calls for b in backends) == 6  # each described once, then kept
