@@ -182,8 +182,10 @@ class _Loader(importlib.abc.Loader):
             _importing.depth -= 1
             with LOCK:
                 if patched is not None and patched is state():
-                    on_loaded(module)
-                    views_off()
+                    try:
+                        on_loaded(module)
+                    finally:  # an install step that fails leaves no module in view
+                        views_off()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
