@@ -14,7 +14,7 @@
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::{BoundCall, Unbound};
@@ -185,9 +185,7 @@ fn push_context<'py>(
         }
         Ok(top)
     })();
-    let released = lock
-        .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
-        .map(drop);
+    let released = unlock(&lock);
     finally(py, pushed, released)
 }
 
@@ -198,10 +196,38 @@ fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
     let popped = context
         .getattr(intern!(py, "_data_stack"))
         .and_then(|stack| pop_last(&stack));
-    let released = lock
-        .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
-        .map(drop);
+    let released = unlock(&lock);
     finally(py, popped, released)
+}
+
+/// `lock.__exit__(None, None, None)`. For `_thread`'s lock and `RLock`, whose `__exit__` is the C
+/// function their `release()` is (and neither class can be changed), `release()`, called with no
+/// argument tuple to build.
+fn unlock(lock: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = lock.py();
+    if thread_lock_types(py)?
+        .iter()
+        .any(|cls| lock.get_type().is(cls))
+    {
+        return lock.call_method0(intern!(py, "release")).map(drop);
+    }
+    lock.call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
+        .map(drop)
+}
+
+/// `_thread.LockType` and `_thread.RLock`, looked up once per process.
+fn thread_lock_types(py: Python<'_>) -> PyResult<&[Py<PyType>; 2]> {
+    static TYPES: PyOnceLock<[Py<PyType>; 2]> = PyOnceLock::new();
+    TYPES.get_or_try_init(py, || {
+        let thread = py.import("_thread")?;
+        let lock = thread
+            .getattr(intern!(py, "LockType"))?
+            .cast_into::<PyType>()?;
+        let rlock = thread
+            .getattr(intern!(py, "RLock"))?
+            .cast_into::<PyType>()?;
+        Ok([lock.unbind(), rlock.unbind()])
+    })
 }
 
 #[pymethods]

@@ -137,6 +137,9 @@ NATIVE_NAMES: dict[str, tuple[str, ...]] = {
         "get",
         "pop",
         "strict",
+        "LockType",  # of _thread, as is RLock (call_path.rs's unlock)
+        "RLock",
+        "release",
     ),
 }
 
