@@ -883,3 +883,41 @@ fn calls_forward_only(torch_call: &ModuleCallPart, module: &Bound<'_, PyAny>) ->
     }
     Ok(!torch_call.is_tracing.bind(py).call0()?.is_truthy()?)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CString;
+
+    use super::*;
+
+    /// The value of `name` after running `code`.
+    fn run<'py>(py: Python<'py>, code: &str, name: &str) -> Bound<'py, PyAny> {
+        let globals = PyDict::new(py);
+        py.run(&CString::new(code).unwrap(), Some(&globals), None)
+            .unwrap();
+        globals.get_item(name).unwrap().unwrap()
+    }
+
+    #[test]
+    fn unlock_lets_go_of_threads_locks_and_calls_any_other_locks_exit() {
+        Python::attach(|py| {
+            for code in [
+                "import _thread\nlock = _thread.allocate_lock()\nlock.acquire()\n",
+                "import _thread\nlock = _thread.RLock()\nlock.acquire()\n",
+            ] {
+                let lock = run(py, code, "lock");
+                unlock(&lock).unwrap();
+                let held = lock.call_method1("acquire", (false,)).unwrap();
+                assert!(held.is_truthy().unwrap(), "{code}: still held");
+                unlock(&lock).unwrap();
+                // as `__exit__` would: letting go of a lock not held is an error
+                assert!(unlock(&lock).is_err(), "{code}");
+            }
+            let code = "import _thread\nclass Counting(_thread.RLock):\n    exits = []\n    def __exit__(self, *args):\n        self.exits.append(args)\n        return super().__exit__(*args)\nlock = Counting()\nlock.acquire()\n";
+            let lock = run(py, code, "lock");
+            unlock(&lock).unwrap();
+            let exits = lock.getattr("exits").unwrap();
+            assert_eq!(exits.repr().unwrap().to_string(), "[(None, None, None)]");
+        });
+    }
+}
