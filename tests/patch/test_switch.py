@@ -153,11 +153,65 @@ def test_a_patch_after_an_unpatch_learns_afresh(world):
         assert _type_registry()[0].get(Point) is True
         unpatch_aitune()
         assert later.SampleMetadata is theirs and ref.sample_metadata.SampleMetadata is theirs
+        assert Point not in _type_registry()[0]  # copied into ours by the patch, taken out by the unpatch
     finally:
         if is_aitune_patched():
             unpatch_aitune()
         ref.locator.Locator.unregister_user_type(Point)
-        Locator.unregister_user_type(Point)  # copied into ours by the patch, and left there by the unpatch
+
+
+class Kept(Point):
+    pass
+
+
+class Added(Point):
+    pass
+
+
+def _registered(locator) -> dict:
+    return {cls: only for cls, only in locator._user_types.items() if cls in (Point, Kept, Added)}
+
+
+def _ours() -> dict:
+    return {cls: only for cls, only in _type_registry()[0].items() if cls in (Point, Kept, Added)}
+
+
+def test_the_type_registries_come_back_with_the_changes_made_while_patched(world):
+    """At patch time AITune's registrations are copied into ours; at unpatch they go from ours again, and what was
+    registered, changed or unregistered while patched (through AITune's ``Locator``, which then registers in ours)
+    is made to both."""
+    theirs = world.ref.locator.Locator
+    theirs.register_user_type(Point, only_tensors=True)
+    theirs.register_user_type(Kept, only_tensors=True)
+    Locator.register_user_type(Kept, only_tensors=False)  # ours only, as a user of aitune_fast registers
+    try:
+        patch_aitune(call_path=False)
+        assert _ours() == {Point: True, Kept: True}
+        theirs.register_user_type(Added, only_tensors=False)
+        theirs.unregister_user_type(Point)
+        unpatch_aitune()
+        assert _registered(theirs) == {Kept: True, Added: False}
+        assert _ours() == {Kept: False, Added: False}
+    finally:
+        for cls in _registered(theirs):
+            theirs.unregister_user_type(cls)
+        for cls in _ours():
+            Locator.unregister_user_type(cls)
+
+
+def test_a_patch_rolled_back_leaves_our_type_registry_as_it_was(world, monkeypatch):
+    world.ref.locator.Locator.register_user_type(Point, only_tensors=True)
+
+    def interrupted(on: bool) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_switch, "set_call_path", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            patch_aitune()
+        assert not is_aitune_patched() and Point not in _ours()
+    finally:
+        world.ref.locator.Locator.unregister_user_type(Point)
 
 
 @pytest.mark.parametrize("version", ["0.6.0", "0.6.3", "0.6", "0.6.1.post2", "0.6.0+nv.1"])

@@ -13,6 +13,7 @@ from aitune_fast._core import ExactSampleMetadata, Locator, SampleMetadata, Tens
 from aitune_fast._enums import InfoLevel, ObjectType
 from aitune_fast._helpers import batch_tensor
 from aitune_fast.patch import _names
+from aitune_fast.patch._journal import JOURNAL, Step
 from aitune_fast.patch._registry import REGISTRY, Layer
 from aitune_fast.patch._state import LearntContext, state
 
@@ -96,18 +97,51 @@ def learn_config(module: Any) -> None:
 # ---------------------------------------------------------------------------------------------- Locator registry
 
 
-def _registry_snapshot() -> tuple[dict[type, bool], set[type]]:
+Registry = tuple[dict[type, bool], set[type]]  # user types (-> only_tensors) and ignored types
+
+
+def _registry_snapshot() -> Registry:
     user_types, ignored = _type_registry()
     return dict(user_types), set(ignored)
 
 
+def _reference_snapshot(reference_locator: Any) -> Registry:
+    user_types = dict(getattr(reference_locator, "_user_types", {}))
+    return {cls: bool(only) for cls, only in user_types.items()}, set(getattr(reference_locator, "_ignored_types", ()))
+
+
+def _set_registry(locator: Any, now: Registry, target: Registry) -> None:
+    """Make `locator`'s registry, which holds `now`, hold `target`, through its own methods."""
+    for cls in now[0].keys() - target[0].keys():
+        locator.unregister_user_type(cls)
+    for cls, only_tensors in target[0].items():
+        if now[0].get(cls) != only_tensors:
+            locator.register_user_type(cls, only_tensors=only_tensors)
+    for cls in now[1] - target[1]:
+        locator.unignore_type(cls)
+    for cls in target[1] - now[1]:
+        locator.ignore_type(cls)
+
+
+def _with_changes(base: Registry, before: Registry, after: Registry) -> Registry:
+    """`base` with the changes that took `before` to `after` made to it."""
+    user = {cls: only for cls, only in base[0].items() if cls not in before[0] or cls in after[0]}
+    user.update((cls, only) for cls, only in after[0].items() if before[0].get(cls) != only)
+    return user, (base[1] - (before[1] - after[1])) | (after[1] - before[1])
+
+
 def registry_over(reference_locator: Any) -> None:
-    """Copy the registrations of AITune's ``Locator`` into ours (at patch time)."""
-    for cls, only_tensors in dict(getattr(reference_locator, "_user_types", {})).items():
-        Locator.register_user_type(cls, only_tensors=bool(only_tensors))
-    for cls in set(getattr(reference_locator, "_ignored_types", ())):
-        Locator.ignore_type(cls)
-    state().registry_at_patch = _registry_snapshot()
+    """Copy the registrations of AITune's ``Locator`` into ours (at patch time; journaled: a rolled-back patch, and
+    the unpatch, leave ours as it was)."""
+    now = state()
+    ours = _registry_snapshot()
+    merged = _with_changes(ours, ({}, set()), _reference_snapshot(reference_locator))
+
+    def over() -> None:
+        _set_registry(Locator, _registry_snapshot(), merged)
+        now.registry_before_patch, now.registry_at_patch = ours, _registry_snapshot()
+
+    JOURNAL.apply(Step(over, lambda: _set_registry(Locator, _registry_snapshot(), ours)))
 
 
 def registry_redirect(module: Any) -> None:
@@ -124,19 +158,23 @@ def registry_redirect(module: Any) -> None:
 
 
 def registry_back() -> None:
-    """Apply to AITune's ``Locator`` the registrations changed while patched (at unpatch time)."""
+    """At unpatch time (journaled), the registrations changed while patched made to AITune's ``Locator`` and to ours
+    as they were before the patch (what was copied in at patch time goes again)."""
     now = state()
     reference_locator = now.reference.get("Locator")
-    if reference_locator is None or now.registry_at_patch is None:
+    if reference_locator is None or now.registry_at_patch is None or now.registry_before_patch is None:
         return
-    before_user, before_ignored = now.registry_at_patch
-    after_user, after_ignored = _registry_snapshot()
-    for cls in before_user.keys() - after_user.keys():
-        reference_locator.unregister_user_type(cls)
-    for cls in before_ignored - after_ignored:
-        reference_locator.unignore_type(cls)
-    for cls, only_tensors in after_user.items():
-        if before_user.get(cls) != only_tensors:
-            reference_locator.register_user_type(cls, only_tensors=only_tensors)
-    for cls in after_ignored - before_ignored:
-        reference_locator.ignore_type(cls)
+    at_patch, before_patch = now.registry_at_patch, now.registry_before_patch
+    theirs, ours = _reference_snapshot(reference_locator), _registry_snapshot()
+    their_target = _with_changes(theirs, at_patch, ours)
+    our_target = _with_changes(before_patch, at_patch, ours)
+
+    def back() -> None:
+        _set_registry(reference_locator, _reference_snapshot(reference_locator), their_target)
+        _set_registry(Locator, _registry_snapshot(), our_target)
+
+    def undo() -> None:
+        _set_registry(reference_locator, _reference_snapshot(reference_locator), theirs)
+        _set_registry(Locator, _registry_snapshot(), ours)
+
+    JOURNAL.apply(Step(back, undo))

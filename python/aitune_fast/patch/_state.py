@@ -45,6 +45,8 @@ class State:
         self.reference: dict[str, Any] = {}  # name -> AITune's object
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(AITune's object) -> (it, ours)
         self.seen: dict[str, Any] = {}  # module name -> the module object already swapped
+        # aitune_fast's type registry before AITune's registrations were copied in, and after (`_aitune`)
+        self.registry_before_patch: tuple[dict[type, bool], set[type]] | None = None
         self.registry_at_patch: tuple[dict[type, bool], set[type]] | None = None
         self.holders: list[Any] = []  # modules holding swapped names
         self.importing = 0  # hooked imports running (all threads)
