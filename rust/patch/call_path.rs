@@ -859,6 +859,10 @@ fn calls_forward_only(torch_call: &ModuleCallPart, module: &Bound<'_, PyAny>) ->
     let Ok(namespace) = namespace.cast::<PyDict>() else {
         return Ok(false);
     };
+    // `nn.Module.__call__` calls `self._call_impl`: one set on the module itself runs instead
+    if namespace.contains(intern!(py, "_call_impl"))? {
+        return Ok(false);
+    }
     // torch's class attribute (None), or the instance's once `module.compile()` ran
     match module.getattr_opt(intern!(py, "_compiled_call_impl"))? {
         Some(compiled) if compiled.is_none() => {}

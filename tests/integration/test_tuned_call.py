@@ -155,6 +155,7 @@ def test_code_done_in_place_runs_only_while_it_is_stock(tmp_path):
         "backend_context.global_context",
         "nn.Module.__call__",
         "nn.Module._call_impl",
+        "module._call_impl",
         "Module._restore_original_forward",
         "Module._proxy_forward",
         "GlobalContext.__enter__",

@@ -431,9 +431,10 @@ def wrapped(workdir: str) -> dict:
     return out
 
 
-def inlined_sites(torch):
+def inlined_sites(torch, module):
     """The stock code the call path does in place (round six, items 1-4), each as (name, how to wrap it): a function
-    that puts a counting wrapper there and returns how to take it away."""
+    that puts a counting wrapper there and returns how to take it away. `module` is the tuned module's own module
+    (TorchEager's, which the path calls without ``nn.Module.__call__`` where that would only call its forward)."""
     import functools
 
     from aitune.global_context import GlobalContext
@@ -480,6 +481,16 @@ def inlined_sites(torch):
             return lambda: setattr(module, "global_context", stock)
 
         return wrap
+
+    def own_call_impl(count):  # on the module object itself: `nn.Module.__call__` reads `self._call_impl`
+        stock = module._call_impl
+
+        def wrapper(*args, **kwargs):
+            count()
+            return stock(*args, **kwargs)
+
+        module._call_impl = wrapper
+        return lambda: delattr(module, "_call_impl")
 
     def getattribute(count):  # reads of `_self_wrapper` counted: stock's swap reads it once a call
         stock = Module.__getattribute__
@@ -532,6 +543,7 @@ def inlined_sites(torch):
         "backend_context.global_context": own_context("aitune.utils.monitoring.context.backend_context"),
         "nn.Module.__call__": method(torch.nn.Module, "__call__"),
         "nn.Module._call_impl": method(torch.nn.Module, "_call_impl"),
+        "module._call_impl": own_call_impl,
         "Module._restore_original_forward": method(Module, "_restore_original_forward"),
         "Module._proxy_forward": method(Module, "_proxy_forward"),
         "GlobalContext.__enter__": method(GlobalContext, "__enter__"),
@@ -549,7 +561,7 @@ def inlined(workdir: str) -> dict:
     import aitune_fast
     import torch
 
-    m, _probe = tune(ait, torch, models(torch), "inlined")
+    m, probe = tune(ait, torch, models(torch), "inlined")
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
     counted: list = []
 
@@ -560,7 +572,7 @@ def inlined(workdir: str) -> dict:
         return [len(counted), results]
 
     out = {}
-    for name, wrap in inlined_sites(torch).items():
+    for name, wrap in inlined_sites(torch, probe).items():
         unwrap = wrap(lambda: counted.append(1))
         runs = {"stock": calls()}
         aitune_fast.patch_aitune()
