@@ -15,7 +15,7 @@ from aitune_fast._helpers import batch_tensor
 from aitune_fast.patch import _names
 from aitune_fast.patch._journal import JOURNAL, Step
 from aitune_fast.patch._registry import REGISTRY, Layer
-from aitune_fast.patch._state import LearntContext, state
+from aitune_fast.patch._state import LearntContext, Registry, state
 
 # the module, not the `global_context` object the package exports under the same name
 _gc_module = sys.modules["aitune_fast.global_context"]
@@ -97,37 +97,37 @@ def learn_config(module: Any) -> None:
 # ---------------------------------------------------------------------------------------------- Locator registry
 
 
-Registry = tuple[dict[type, bool], set[type]]  # user types (-> only_tensors) and ignored types
-
-
 def _registry_snapshot() -> Registry:
     user_types, ignored = _type_registry()
-    return dict(user_types), set(ignored)
+    return Registry(dict(user_types), set(ignored))
 
 
 def _reference_snapshot(reference_locator: Any) -> Registry:
     user_types = dict(getattr(reference_locator, "_user_types", {}))
-    return {cls: bool(only) for cls, only in user_types.items()}, set(getattr(reference_locator, "_ignored_types", ()))
+    ignored = set(getattr(reference_locator, "_ignored_types", ()))
+    return Registry({cls: bool(only) for cls, only in user_types.items()}, ignored)
 
 
 def _set_registry(locator: Any, now: Registry, target: Registry) -> None:
     """Make `locator`'s registry, which holds `now`, hold `target`, through its own methods."""
-    for cls in now[0].keys() - target[0].keys():
+    for cls in now.user_types.keys() - target.user_types.keys():
         locator.unregister_user_type(cls)
-    for cls, only_tensors in target[0].items():
-        if now[0].get(cls) != only_tensors:
+    for cls, only_tensors in target.user_types.items():
+        if now.user_types.get(cls) != only_tensors:
             locator.register_user_type(cls, only_tensors=only_tensors)
-    for cls in now[1] - target[1]:
+    for cls in now.ignored - target.ignored:
         locator.unignore_type(cls)
-    for cls in target[1] - now[1]:
+    for cls in target.ignored - now.ignored:
         locator.ignore_type(cls)
 
 
 def _with_changes(base: Registry, before: Registry, after: Registry) -> Registry:
     """`base` with the changes that took `before` to `after` made to it."""
-    user = {cls: only for cls, only in base[0].items() if cls not in before[0] or cls in after[0]}
-    user.update((cls, only) for cls, only in after[0].items() if before[0].get(cls) != only)
-    return user, (base[1] - (before[1] - after[1])) | (after[1] - before[1])
+    user = {
+        cls: only for cls, only in base.user_types.items() if cls not in before.user_types or cls in after.user_types
+    }
+    user.update((cls, only) for cls, only in after.user_types.items() if before.user_types.get(cls) != only)
+    return Registry(user, (base.ignored - (before.ignored - after.ignored)) | (after.ignored - before.ignored))
 
 
 def registry_over(reference_locator: Any) -> None:
@@ -135,7 +135,7 @@ def registry_over(reference_locator: Any) -> None:
     the unpatch, leave ours as it was)."""
     now = state()
     ours = _registry_snapshot()
-    merged = _with_changes(ours, ({}, set()), _reference_snapshot(reference_locator))
+    merged = _with_changes(ours, Registry({}, set()), _reference_snapshot(reference_locator))
 
     def over() -> None:
         _set_registry(Locator, _registry_snapshot(), merged)

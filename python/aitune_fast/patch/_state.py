@@ -23,6 +23,13 @@ class LearntContext(NamedTuple):
     backend_key: str
 
 
+class Registry(NamedTuple):
+    """What a ``Locator``'s type registry holds."""
+
+    user_types: dict[type, bool]  # class -> only_tensors
+    ignored: set[type]
+
+
 class PathRefs:
     """AITune's objects the Python steps of the call path use (the native path's are in its parts), learnt when
     their modules load while patched (`_call_path.install_jit_swap`, `learn_eager_infer`)."""
@@ -46,8 +53,8 @@ class State:
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(AITune's object) -> (it, ours)
         self.seen: dict[str, Any] = {}  # module name -> the module object already swapped
         # aitune_fast's type registry before AITune's registrations were copied in, and after (`_aitune`)
-        self.registry_before_patch: tuple[dict[type, bool], set[type]] | None = None
-        self.registry_at_patch: tuple[dict[type, bool], set[type]] | None = None
+        self.registry_before_patch: Registry | None = None
+        self.registry_at_patch: Registry | None = None
         self.holders: list[Any] = []  # modules holding swapped names
         self.importing = 0  # hooked imports running (all threads)
         self.views: list[Any] = []  # modules whose class is _ImportView now
