@@ -197,6 +197,9 @@ def test_a_caller_held_while_the_calls_in_flight_wait_in_threading_is_let_throug
         started.wait(10)  # what a future's result(), a queue or a join does: wait in threading
 
     monkeypatch.setattr(_quiescence, "CALLS_IN_FLIGHT_LIMIT_S", 2.0)
+    # the forward starts once the gates close, and must be in flight at the switch's first scan: 2 ms after the
+    # gates by default, which a loaded machine (a collection in the starting thread, say) can miss
+    monkeypatch.setattr(_quiescence, "_ENTRY_GRACE_S", 0.5)
     codes = Codes(calls=frozenset({forward.__code__}), long=frozenset())
     caller, _ = _when_gates_close(forward)
     began = time.monotonic()
