@@ -31,6 +31,8 @@ pub struct Interp {
     pub odict_items: Py<PyType>,
     /// `collections.OrderedDict`
     pub ordered_dict: Py<PyType>,
+    /// `_thread.LockType` and `_thread.RLock`: their `__exit__` is their `release()`
+    pub thread_locks: [Py<PyType>; 2],
     pub prefill: Py<PyString>,
     pub decode: Py<PyString>,
     pub empty_str: Py<PyString>,
@@ -98,6 +100,13 @@ pub fn interp(py: Python<'_>) -> PyResult<&'static Interp> {
                 .getattr("OrderedDict")?
                 .cast_into::<PyType>()?
                 .unbind(),
+            thread_locks: {
+                let thread = py.import("_thread")?;
+                [
+                    thread.getattr("LockType")?.cast_into::<PyType>()?.unbind(),
+                    thread.getattr("RLock")?.cast_into::<PyType>()?.unbind(),
+                ]
+            },
             prefill: PyString::intern(py, "prefill").unbind(),
             decode: PyString::intern(py, "decode").unbind(),
             empty_str: PyString::intern(py, "").unbind(),

@@ -14,7 +14,7 @@
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, PyTraverseError, PyVisit};
 
 use super::bind_plan::{BoundCall, Unbound};
@@ -205,7 +205,8 @@ fn pop_context(context: &Bound<'_, PyAny>) -> PyResult<()> {
 /// argument tuple to build.
 fn unlock(lock: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = lock.py();
-    if thread_lock_types(py)?
+    if interp(py)?
+        .thread_locks
         .iter()
         .any(|cls| lock.get_type().is(cls))
     {
@@ -213,21 +214,6 @@ fn unlock(lock: &Bound<'_, PyAny>) -> PyResult<()> {
     }
     lock.call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))
         .map(drop)
-}
-
-/// `_thread.LockType` and `_thread.RLock`, looked up once per process.
-fn thread_lock_types(py: Python<'_>) -> PyResult<&[Py<PyType>; 2]> {
-    static TYPES: PyOnceLock<[Py<PyType>; 2]> = PyOnceLock::new();
-    TYPES.get_or_try_init(py, || {
-        let thread = py.import("_thread")?;
-        let lock = thread
-            .getattr(intern!(py, "LockType"))?
-            .cast_into::<PyType>()?;
-        let rlock = thread
-            .getattr(intern!(py, "RLock"))?
-            .cast_into::<PyType>()?;
-        Ok([lock.unbind(), rlock.unbind()])
-    })
 }
 
 #[pymethods]

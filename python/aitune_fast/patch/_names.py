@@ -137,8 +137,6 @@ NATIVE_NAMES: dict[str, tuple[str, ...]] = {
         "get",
         "pop",
         "strict",
-        "LockType",  # of _thread, as is RLock (call_path.rs's unlock)
-        "RLock",
         "release",
     ),
 }
